@@ -26,6 +26,8 @@ MANIFEST = BUILD/'docs_manifest.json'
 
 class DocsError(Exception): pass
 
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))       # the library, to tell classes from functions
+
 def log(*a): print('docs-build:', *a, flush=True)
 
 # ----------------------------------------------------------------------------- settings
@@ -338,7 +340,12 @@ class ApiEntries:
                 if len(parts) - i > 1: return 'method'
                 return 'function' if callable(obj) else 'data'
         if sigkind == 'class': return 'class'
-        return 'method' if '.' in full_or(full, '') else ('function' if has_sig else 'data')
+        return 'function' if has_sig else 'data'
+
+    def kind_for(self, full, name, sigkind, has_sig):
+        k = self.kind_of(full, sigkind, has_sig)
+        if k == 'function' and '.' in name: return 'method'
+        return k
 
     def __call__(self, md, doc, where, warnings):
         "Markdown of one show_doc output -> MyST markdown."
@@ -363,7 +370,7 @@ class ApiEntries:
             sig = split_signature(cm.group(1))
             rest = rest[cm.end():].strip()
         full = self.resolve(name, doc)
-        kind = self.kind_of(full, sig[0] if sig else None, sig is not None)
+        kind = self.kind_for(full, name, sig[0] if sig else None, sig is not None)
         anchor = m.group(4) or pandoc_id(name)
         opts = []
         if full:

@@ -86,7 +86,7 @@ def check_page(page, base, facts, exported, prefixes, failures):
     if facts['math']:
         m = page.evaluate('''() => ({math: document.querySelectorAll('.math').length,
             done: document.querySelectorAll('.math mjx-container').length,
-            err: document.querySelectorAll('mjx-merror, .MathJax_Error').length})''')
+            err: document.querySelectorAll('mjx-merror, .MathJax_Error, mjx-container [style*="color: red"]').length})''')
         if m['math'] == 0: errs.append('the chapter has maths but the page has no equations')
         elif m['done'] < m['math']: errs.append(f'{m["math"] - m["done"]} of {m["math"]} equations did not render')
         if m['err']: errs.append(f'{m["err"]} equation(s) render as MathJax errors')
