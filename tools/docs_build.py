@@ -122,6 +122,8 @@ _re_widget_repr = re.compile(r'^\s*(?:\w+\.)*(VBox|HBox|GridBox|Box|Tab|Accordio
                              r'BoundedFloatText|Play|Output|Label|HTML|HTMLMath|Image|Layout|Combobox|ColorPicker)\((children|value|'
                              r'description|layout|options|outputs|msg_id|min|max)=', re.S)
 _re_fig_repr = re.compile(r'^<(Figure|matplotlib\.\S+) size [\d.]+x[\d.]+ with \d+ Axes>$')
+_re_widget_src = re.compile(r'(^|\W)(interact|interactive|interact_manual)\(|(^|\W)(widgets|ipywidgets)\.\w+\(|@interact\b', re.M)
+_re_progress = re.compile(r'\d+%\||\|\s*\d+/\d+|it/s\]|s/it\]')
 WIDGET_MIMES = ('application/vnd.jupyter.widget-view+json', 'application/vnd.jupyter.widget-state+json')
 
 def src_text(s): return ''.join(s) if isinstance(s, list) else (s or '')
@@ -383,7 +385,7 @@ class ApiEntries:
         if full is None or full in self.seen: opts.append(':no-index:')
         if full: self.seen.add(full)
         args, ret, comments = ('', None, {}) if sig is None else sig[1:]
-        if args and not _valid_arglist(args):
+        if args and not _valid_arglist(re.sub(r'<[\w .-]+>', '_', args)):      # `<factory>` defaults are fine as text
             warnings.append(f'{where}: could not parse the signature of {name}; shown as text')
         directive = {'function': 'py:function', 'class': 'py:class', 'method': 'py:method', 'property': 'py:property',
                      'classmethod': 'py:method', 'staticmethod': 'py:method', 'data': 'py:data'}[kind]
@@ -458,7 +460,8 @@ def full_or(a, b): return a if a is not None else b
 # ----------------------------------------------------------------------------- notebook translation
 def translate_nb(nb, src_name, doc, ctx):
     "Processed nbdev notebook -> MyST-NB notebook. Returns (notebook, page facts for the check)."
-    cells, facts = [], dict(doc=doc, source=src_name, title=None, images=0, math=False, symbols=[], hidden=[])
+    cells, facts = [], dict(doc=doc, source=src_name, title=None, images=0, math=False, hidden=[], widgets=[])
+    widget_at = None                 # index (in `cells`) of the last widget cell still waiting for its static figure
     warnings = ctx['warnings']
     fm = {}
     title_done = False
@@ -499,10 +502,12 @@ def translate_nb(nb, src_name, doc, ctx):
             if body.strip(): facts['hidden'].append(body)
             continue
         if not echo and body.strip(): facts['hidden'].append(body)
-        new_outputs, asis_md = [], []
+        new_outputs, asis_md, is_widget = [], [], bool(_re_widget_src.search(body))
         for o in cell.get('outputs', []):
             data = o.get('data', {})
-            if any(k in data for k in WIDGET_MIMES): continue          # a live widget: a static site cannot run it
+            if any(k in data for k in WIDGET_MIMES):        # a live widget: a static site cannot run it
+                if not _re_progress.search(src_text(data.get('text/plain', ''))): is_widget = True   # (a tqdm bar is no view)
+                continue
             if output_opt == 'asis' and 'text/markdown' in data:
                 asis_md.append(src_text(data['text/markdown'])); continue
             if output_opt == 'asis' and o.get('output_type') == 'stream':
@@ -511,6 +516,7 @@ def translate_nb(nb, src_name, doc, ctx):
             if set(data) <= {'text/plain'} and o.get('output_type') in ('execute_result', 'display_data'):
                 if _re_widget_repr.match(plain) or _re_fig_repr.match(plain.strip()):
                     ctx['dropped_reprs'].append(f'{where}: {plain.strip()[:60]}')
+                    if _re_widget_repr.match(plain): is_widget = True
                     continue
             if any(k.startswith('image/') for k in data): facts['images'] += 1
             if 'text/markdown' in data and set(data) <= {'text/markdown', 'text/plain'}:
@@ -527,6 +533,13 @@ def translate_nb(nb, src_name, doc, ctx):
                 echo = False
             cells.append(dict(cell_type='markdown', metadata={}, source=md))
         if output_opt == 'false': new_outputs = []
+        # a widget needs a static figure of the same view: in its own saved outputs or in one of the next code cells
+        has_img = any(any(k.startswith('image/') for k in o.get('data', {})) for o in new_outputs)
+        if widget_at is not None and has_img: facts['widgets'][-1]['static_figure'] = True; widget_at = None
+        elif widget_at is not None and ci - widget_at > 3: widget_at = None
+        if is_widget:
+            facts['widgets'].append(dict(cell=ci, code=(body.strip().splitlines() or [''])[0][:70], static_figure=has_img))
+            widget_at = None if has_img else ci
         if asis_md and not new_outputs: continue
         tags, meta = [], {}
         if not echo: tags.append('remove-input')

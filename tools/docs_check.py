@@ -121,6 +121,9 @@ def check_page(page, base, facts, exported, prefixes, failures):
         ids = page_ids(base, u.path)
         if ids is None: errs.append(f'broken link: {raw}')
         elif u.fragment and urllib.parse.unquote(u.fragment) not in ids: errs.append(f'link to a missing anchor: {raw}')
+    for w in facts.get('widgets', []):
+        if not w['static_figure']:
+            errs.append(f'the widget in {facts["source"]} (cell `{w["code"]}`) has no static figure of its view after it')
     # screenshot
     page.screenshot(path=str(SHOTS/f'{doc}.png'), full_page=True)
     errs += console + bad_requests
@@ -204,6 +207,19 @@ def main():
                 print(f"docs-check: {f['doc']}.html {'ok' if not errs else 'FAILED'}", flush=True)
                 for e in errs: print(f'  - {e}')
                 page.close()
+            # the site's other pages (index of names, search) load cleanly too
+            for extra in sorted(set(p.name for p in SITE.glob('*.html')) - {f'{f["doc"]}.html' for f in pages}):
+                page = ctx.new_page()
+                errs = []
+                page.on('console', lambda m: errs.append(f'console {m.type}: {m.text}') if m.type == 'error' else None)
+                page.on('pageerror', lambda e: errs.append(f'page error: {e}'))
+                page.on('requestfailed', lambda r: errs.append(f'request failed: {r.url}'))
+                page.on('response', lambda r: errs.append(f'HTTP {r.status}: {r.url}') if r.status >= 400 else None)
+                page.goto(base + extra, wait_until='load'); page.wait_for_load_state('networkidle')
+                if errs: failures[extra] = errs
+                print(f"docs-check: {extra} {'ok' if not errs else 'FAILED'}", flush=True)
+                for e in errs: print(f'  - {e}')
+                page.close()
             page = ctx.new_page()
             for name, fn in (('sidebar', check_sidebar), ('search', check_search)):
                 try: fn(page, base, pages, failures)
@@ -219,7 +235,7 @@ def main():
     nfail = sum(1 for f in pages if f['doc'] in failures)
     other = [k for k in failures if k not in {f['doc'] for f in pages}]
     for k in other:
-        if k not in ('sidebar', 'search'): print(f'docs-check: {k} FAILED'); [print(f'  - {e}') for e in failures[k]]
+        if k not in ('sidebar', 'search') and not k.endswith('.html'): print(f'docs-check: {k} FAILED'); [print(f'  - {e}') for e in failures[k]]
     print(f'docs: {len(pages)} pages checked, {nfail} failed' + (f'; also failed: {", ".join(other)}' if other else '') +
           f' ({time.time()-t0:.0f}s; screenshots in screenshots/)')
     return 1 if failures else 0

@@ -88,9 +88,12 @@ def main():
         want('<strong>asis markdown</strong>' in h, 'output: asis stream -> markdown')
         want('model.html' in h, 'link to another notebook')
         want('#|' not in text and ':::' not in text, 'no #| or ::: in the page')
+        man = json.loads((tmp/'_build'/'docs_manifest.json').read_text())
+        fx = next(p for p in man['pages'] if p['doc'] == 'fixture')
+        want([w['static_figure'] for w in fx['widgets']] == [True], f'widget followed by its static figure is recorded ({fx["widgets"]})')
         want(r.returncode == 0, 'tools/docs_check.py passes on the fixture site')
         for f in fails: print('selftest FAILED:', f)
-        print(f'docs selftest: {17 - len(fails)} of 17 ok')
+        print(f'docs selftest: {18 - len(fails)} of 18 ok')
         return 1 if fails else 0
     finally:
         if os.environ.get('KEEP'): print('kept', tmp)

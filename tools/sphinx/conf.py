@@ -57,4 +57,5 @@ html_context = {'default_mode': 'light'}
 add_module_names = False
 python_display_short_literal_types = True
 toc_object_entries_show_parents = 'hide'
-suppress_warnings = ['mystnb.unknown_mime_type']
+# Quarto accepts a heading that skips a level; so does this build
+suppress_warnings = ['mystnb.unknown_mime_type', 'myst.header']
