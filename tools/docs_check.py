@@ -177,6 +177,9 @@ def check_search(page, base, pages, failures):
 def main():
     if not MANIFEST.exists() or not SITE.exists():
         print('docs-check: ERROR: no built site; run tools/docs', file=sys.stderr); return 1
+    if not Path(CHROMIUM).exists():
+        print(f'docs-check: ERROR: no chromium at {CHROMIUM} (apt-get install -y chromium, or set CHROMIUM=path)', file=sys.stderr)
+        return 1
     man = json.loads(MANIFEST.read_text())
     pages, prefixes = man['pages'], man['prefixes']
     exported = {full: url.split('.html')[0] if url else None for full, url in man['exported'].items()}
