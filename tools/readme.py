@@ -25,5 +25,7 @@ for c in nb['cells']:
             elif o.get('output_type') in ('execute_result',) and 'text/plain' in o.get('data', {}): texts.append(''.join(o['data']['text/plain']) + '\n')
         t = ''.join(texts).rstrip()
         if t: out.append(f"```\n{t}\n```")
-(root / 'README.md').write_text('\n\n'.join(out) + '\n')
+text = '\n\n'.join(out) + '\n'
+text = re.sub(r'\]\((\w+\.ipynb)\)', r'](nbs/\1)', text)   # chapter links point into nbs/ from the repository root
+(root / 'README.md').write_text(text)
 print(f"README.md written ({len(out)} blocks)")
