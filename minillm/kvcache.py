@@ -31,7 +31,8 @@ class KVCache:
         self._plan = None                                                  # what `update` needs, computed once per forward
 
     def _views(self):
-        self._k, self._v = self.k.unbind(0), self.v.unbind(0)              # per-layer views (B, H_kv, S_max, D), made once
+        self._k = tuple(self.k[i] for i in range(len(self.k)))              # per-layer views (B, H_kv, S_max, D), made once
+        self._v = tuple(self.v[i] for i in range(len(self.v)))              # (select, not unbind: writable under autograd too)
 
     @classmethod
     def for_model(cls, model, batch_size:int=1, max_len:int|None=None, dtype=None, device=None) -> KVCache:
