@@ -15,7 +15,7 @@ from .weights import LLM, Tokenizer
 
 # %% auto #0
 __all__ = ['greedy', 'encode_prompt', 'Step', 'Timer', 'prefill', 'decode_step', 'generate_steps', 'TextAssembler', 'Generation',
-           'run_generation']
+           'check_stop', 'run_generation']
 
 # %% ../nbs/02_loop.ipynb #814f0e3d
 def greedy(logits:torch.Tensor, tokens:torch.Tensor|None=None) -> torch.Tensor:
@@ -160,7 +160,8 @@ class Generation:
                 f"prefill {self.prefill_time*1e3:.0f} ms, {self.tokens_per_second:.1f} tok/s)")
 
 # %% ../nbs/02_loop.ipynb #d74dbacf
-def _check_stop(stop) -> list[str]:
+def check_stop(stop) -> list[str]:
+    "Validate stop strings (`None`, a string or a list of non-empty strings) and return them as a list."
     if stop is None: return []
     if isinstance(stop, str): stop = [stop]
     if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
@@ -171,7 +172,7 @@ def _check_stop(stop) -> list[str]:
 def run_generation(llm:LLM, prompt, *, max_new_tokens:int=128, pick:Callable=greedy, stop=None, ignore_eos:bool=False,
                    use_cache:bool=True, top_logprobs:int=0) -> Iterator[str]:
     "Yield text pieces as they become final; return the `Generation` when done."
-    stop = _check_stop(stop)
+    stop = check_stop(stop)
     ids = encode_prompt(llm, prompt, max_new_tokens)
     stop_ids = frozenset() if ignore_eos else llm.tokenizer.stop_token_ids
     asm, timer = TextAssembler(llm.tokenizer, stop), Timer()
