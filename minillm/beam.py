@@ -13,7 +13,7 @@ from .model import Transformer
 from . import sampling
 from .sampling import no_repeat_ngram_filter, repetition_penalty
 from .weights import LLM
-from .loop import encode_prompt, prefill, _check_stop
+from .loop import encode_prompt, prefill, check_stop
 from .kvcache import KVCache   # also gives `LLM.new_cache` its cache
 
 # %% auto #0
@@ -237,7 +237,7 @@ def beam_search(self:LLM, prompt,                 # text, chat messages or token
     "Beam search for the most probable continuations of `prompt`: the `num_return_sequences` best `Beam`s, best first."
     check_beam_args(num_beams, max_new_tokens, length_penalty, early_stopping, num_return_sequences,
                     no_repeat_ngram_size, repetition_penalty)
-    stop = _check_stop(stop)
+    stop = check_stop(stop)
     ids = encode_prompt(self, prompt, max_new_tokens)
     procs = []
     if repetition_penalty != 1: procs.append(lambda lp, toks: sampling.repetition_penalty(lp, toks, repetition_penalty))
