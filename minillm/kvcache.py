@@ -227,7 +227,9 @@ def hf_twin(llm:LLM):
     from minillm.weights import hf_config_dict
     transformers.utils.logging.set_verbosity_error()
     m = llm.model
-    hf = LlamaForCausalLM(LlamaConfig(**hf_config_dict(m.cfg))).to(device=m.device, dtype=m.dtype)
+    # only the device: our tensors bring their dtype, and the rotary frequency buffer stays float32 as from_pretrained
+    # leaves it (cast to bfloat16 it would be rounded, and the two models would disagree by about 2%)
+    hf = LlamaForCausalLM(LlamaConfig(**hf_config_dict(m.cfg))).to(device=m.device)
     # our stacked q|k|v and gate|up matrices come back as views into one tensor; give transformers contiguous copies of
     # those, so that neither model reads its weights through a layout chosen for the other
     sd = {'model.' + k: v if v.untyped_storage().nbytes() == v.nbytes else v.clone() for k, v in m.state_dict().items()}
