@@ -92,4 +92,6 @@ def bench_cli(
     "Greedy decoding speed of minillm against Hugging Face transformers on the same weights, in the same run."
     if not hasattr(mall, 'bench'):
         print("error: the benchmark needs the KV cache chapter (minillm.kvcache.bench)", file=sys.stderr); sys.exit(2)
-    mall.bench(max_new_tokens=max_new_tokens, reps=reps, model=model)
+    try: mall.bench(max_new_tokens=max_new_tokens, reps=reps, model=model)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr); sys.exit(2)

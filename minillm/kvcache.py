@@ -250,6 +250,9 @@ def bench(max_new_tokens:int=64, reps:int=3, model:str|None=None, prompt:str="Th
           llm:LLM|None=None, hf:bool=True, no_cache:bool=False, file=None) -> dict:
     "Greedy decode speed of minillm (with and without the KV cache) and transformers on the same weights; prints a table."
     from minillm.loop import encode_prompt
+    for name, v in [('max_new_tokens', max_new_tokens), ('reps', reps)]:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"bench: {name} must be an integer >= 1, got {v!r}")
     file = file or sys.stdout
     llm = llm or LLM.load(model, progress=False)
     N, ids = max_new_tokens, encode_prompt(llm, prompt, max_new_tokens)
