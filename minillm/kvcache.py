@@ -117,6 +117,8 @@ def update(self:KVCache, layer:int, k:torch.Tensor, v:torch.Tensor):
     if (B, H, D) != (self.batch_size, self.n_kv_heads, self.head_dim):
         raise ValueError(f"KVCache.update: got keys of shape {tuple(k.shape)}, the cache holds (B={self.batch_size}, "
                          f"H_kv={self.n_kv_heads}, T, D={self.head_dim})")
+    if not 0 <= layer < self.n_layers:
+        raise ValueError(f"KVCache.update: layer {layer} does not exist; the cache holds layers 0..{self.n_layers - 1}")
     plan = self._plan
     if layer == 0 or plan is None or plan[0] != T: plan = self._make_plan(T)
     _, lo, S, pos, mask = plan
@@ -196,6 +198,10 @@ def new_cache(self:LLM, batch_size:int, max_len:int) -> KVCache:
 # %% ../nbs/04_kvcache.ipynb #70834186
 def kv_cache_bytes(config, seq_len:int, batch:int=1, dtype:torch.dtype=torch.float16, window:int|None=None) -> int:
     "Bytes of keys and values for `batch` sequences of `seq_len` tokens (at most `window` kept with sliding-window attention)."
+    for name, v, lo in [('seq_len', seq_len, 0), ('batch', batch, 1), ('window', window, 1)]:
+        if name == 'window' and v is None: continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"kv_cache_bytes: {name} must be an integer >= {lo}, got {v!r}")
     S = seq_len if window is None else min(seq_len, window)
     itemsize = torch.empty(0, dtype=dtype).element_size()
     return 2 * config.n_layers * config.n_kv_heads * config.head_dim * S * batch * itemsize
