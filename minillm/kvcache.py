@@ -198,8 +198,8 @@ def new_cache(self:LLM, batch_size:int, max_len:int) -> KVCache:
 # %% ../nbs/04_kvcache.ipynb #70834186
 def kv_cache_bytes(config, seq_len:int, batch:int=1, dtype:torch.dtype=torch.float16, window:int|None=None) -> int:
     "Bytes of keys and values for `batch` sequences of `seq_len` tokens (at most `window` kept with sliding-window attention)."
-    for name, v, lo in [('seq_len', seq_len, 0), ('batch', batch, 1), ('window', window, 1)]:
-        if name == 'window' and v is None: continue
+    checks = [('seq_len', seq_len, 0), ('batch', batch, 1)] + ([] if window is None else [('window', window, 1)])
+    for name, v, lo in checks:
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
             raise ValueError(f"kv_cache_bytes: {name} must be an integer >= {lo}, got {v!r}")
     S = seq_len if window is None else min(seq_len, window)
