@@ -148,12 +148,25 @@ class Generation:
     prefill_time: float = 0.0            # seconds from start to the first token's logits
     decode_time: float = 0.0             # seconds for the remaining tokens
     top_logprobs: list[dict[int, float]] | None = field(default=None, repr=False)
+    target_passes: int = 0               # forward passes of the model over new tokens (prefill included)
+    draft_tokens: int = 0                # speculative decoding (chapter 06): tokens proposed by the draft
+    accepted_tokens: int = 0             # ... and how many of them the model accepted
 
     @property
     def tokens_per_second(self) -> float:
         "Decode rate: tokens after the first one per second of `decode_time`."
         n = len(self.token_ids) - 1
         return n / self.decode_time if n > 0 and self.decode_time > 0 else float('nan')
+
+    @property
+    def acceptance_rate(self) -> float:
+        "Fraction of drafted tokens the model accepted (speculative decoding; NaN when nothing was drafted)."
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else float('nan')
+
+    @property
+    def tokens_per_pass(self) -> float:
+        "New tokens per forward pass of the model: 1 for plain decoding, more when speculation pays."
+        return len(self.token_ids) / self.target_passes if self.target_passes else float('nan')
 
     def __repr__(self):
         return (f"Generation(text={self.text!r}, {len(self.token_ids)} tokens, finish_reason={self.finish_reason!r}, "
@@ -185,7 +198,8 @@ def run_generation(llm:LLM, prompt, *, max_new_tokens:int=128, pick:Callable=gre
         if step.token in stop_ids or asm.stopped: reason = 'stop'; break
     piece = asm.flush()
     if piece: yield piece
-    return Generation(asm.text, out, lps, reason, ids, timer.prefill, timer.decode, tops if top_logprobs else None)
+    return Generation(asm.text, out, lps, reason, ids, timer.prefill, timer.decode, tops if top_logprobs else None,
+                      target_passes=len(out))
 
 @patch
 def generate(self:LLM, prompt, max_new_tokens:int=128, temperature:float=0.0, stop=None, ignore_eos:bool=False,
