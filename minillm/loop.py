@@ -15,7 +15,7 @@ from .weights import LLM, Tokenizer
 
 # %% auto #0
 __all__ = ['greedy', 'encode_prompt', 'Step', 'Timer', 'prefill', 'decode_step', 'generate_steps', 'TextAssembler', 'Generation',
-           'check_stop', 'run_generation']
+           'check_stop', 'hold_back_stop_ids', 'run_generation']
 
 # %% ../nbs/02_loop.ipynb #814f0e3d
 def greedy(logits:torch.Tensor, tokens:torch.Tensor|None=None) -> torch.Tensor:
@@ -106,16 +106,23 @@ def generate_steps(llm:LLM, prompt_ids:list[int], *, max_new_tokens:int, pick:Ca
 # %% ../nbs/02_loop.ipynb #09cb0251
 class TextAssembler:
     "Turn a growing list of token ids into text pieces, holding back incomplete characters and possible stop-string prefixes."
-    def __init__(self, tokenizer:Tokenizer, stop:list[str]|None=None):
+    def __init__(self, tokenizer:Tokenizer, stop:list[str]|None=None,
+                 min_tokens:int=0):  # a stop string counts only if the min_tokens-th token or a later one completes it
         self.tok, self.stop = tokenizer, [s for s in (stop or [])]
         self.ids, self.emitted, self.stopped = [], 0, False
         self.text = ''
+        self.armed = 0 if min_tokens <= 1 else None   # stop strings ending after text index `armed` count
+        self.min_tokens = min_tokens
 
     def add(self, token:int) -> str:
         "Add one token; return the newly final text (possibly empty)."
+        prev = self.text
         self.ids.append(token)
         text = self.tok.decode(self.ids, skip_special_tokens=True)
-        cut = min((i for i in (text.find(s) for s in self.stop) if i >= 0), default=-1)
+        if self.armed is None and len(self.ids) >= self.min_tokens: self.armed = len(prev.rstrip('\ufffd'))
+        cut = -1
+        if self.armed is not None:                                       # first stop string that ends after `armed`
+            cut = min((i for i in (text.find(s, max(0, self.armed - len(s) + 1)) for s in self.stop) if i >= 0), default=-1)
         if cut >= 0:
             self.stopped, text = True, text[:cut]
             safe = len(text)
@@ -182,16 +189,31 @@ def check_stop(stop) -> list[str]:
     if any(s == '' for s in stop): raise ValueError("stop strings must be non-empty")
     return list(stop)
 
+def hold_back_stop_ids(pick:Callable, stop_ids, min_len:int) -> Callable:
+    "Wrap `pick` so that it never chooses one of `stop_ids` while the sequence is shorter than `min_len` tokens."
+    ban = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    def pick_(logits, tokens):  # (B, V), (B, T)
+        if tokens.shape[-1] < min_len: logits = logits.index_fill(-1, ban.to(logits.device), float('-inf'))
+        return pick(logits, tokens)
+    return pick_
+
 def run_generation(llm:LLM, prompt, *, max_new_tokens:int=128, pick:Callable=greedy, stop=None, ignore_eos:bool=False,
-                   use_cache:bool=True, top_logprobs:int=0) -> Iterator[str]:
+                   use_cache:bool=True, top_logprobs:int=0,
+                   min_new_tokens:int=0, # neither a stop token nor a stop string ends generation before this many tokens
+                   steps:Callable|None=None, # steps(ids, stop_ids, timer) -> iterator of `Step`; default `generate_steps` with `pick`
+                  ) -> Iterator[str]:
     "Yield text pieces as they become final; return the `Generation` when done."
     stop = check_stop(stop)
     ids = encode_prompt(llm, prompt, max_new_tokens)
+    if isinstance(min_new_tokens, bool) or not isinstance(min_new_tokens, int) or not 0 <= min_new_tokens <= max_new_tokens:
+        raise ValueError(f"min_new_tokens must be an integer in [0, max_new_tokens = {max_new_tokens}], got {min_new_tokens!r}")
     stop_ids = frozenset() if ignore_eos else llm.tokenizer.stop_token_ids
-    asm, timer = TextAssembler(llm.tokenizer, stop), Timer()
+    if min_new_tokens and stop_ids: pick = hold_back_stop_ids(pick, stop_ids, len(ids) + min_new_tokens)
+    asm, timer = TextAssembler(llm.tokenizer, stop, min_tokens=min_new_tokens), Timer()
     out, lps, tops, reason = [], [], [], 'length'
-    for step in generate_steps(llm, ids, max_new_tokens=max_new_tokens, pick=pick, stop_ids=stop_ids,
-                               use_cache=use_cache, top_logprobs=top_logprobs, timer=timer):
+    if steps is None: steps = lambda ids, stop_ids, timer: generate_steps(llm, ids, max_new_tokens=max_new_tokens, pick=pick,
+                                      stop_ids=stop_ids, use_cache=use_cache, top_logprobs=top_logprobs, timer=timer)
+    for step in steps(ids, stop_ids, timer):                       # later chapters plug in their own token source
         out.append(step.token); lps.append(step.logprob); tops.append(step.top)
         piece = asm.add(step.token)
         if piece: yield piece
