@@ -14,25 +14,31 @@ __all__ = ['main', 'generate_cli', 'bench_cli']
 # %% ../nbs/91_cli.ipynb #abe8da5c
 def _generate(prompt:str, max_new_tokens:int=64, chat:bool=False, temperature:float=0.0, top_k:int=0, top_p:float=1.0,
               min_p:float=0.0, repetition_penalty:float=1.0, seed:int|None=None, num_beams:int=1, stop:list|None=None,
-              model:str|None=None, no_cache:bool=False, quiet:bool=False, file=None):
+              model:str|None=None, no_cache:bool=False, quiet:bool=False, draft:str|None=None, num_draft_tokens:int=5,
+              file=None):
     file = file or sys.stdout
     t0 = time.perf_counter()
     llm = mall.LLM.load(model, progress=not quiet)
     load = time.perf_counter() - t0
     p = [{"role": "user", "content": prompt}] if chat else prompt
+    spec = {}
+    if draft is not None:
+        if num_beams > 1: raise ValueError("--draft does not combine with --num-beams: speculative decoding verifies one sequence")
+        spec = dict(draft=draft if draft == 'prompt_lookup' else mall.LLM.load(draft, progress=not quiet), num_draft_tokens=num_draft_tokens)
     if num_beams > 1:
         beams = llm.beam_search(p, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=stop)
         print(beams[0].text, file=file, flush=True)
         return beams
     gen = llm.stream(p, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                     repetition_penalty=repetition_penalty, seed=seed, stop=stop, use_cache=not no_cache)
+                     repetition_penalty=repetition_penalty, seed=seed, stop=stop, use_cache=not no_cache, **spec)
     while True:
         try: print(next(gen), end='', file=file, flush=True)
         except StopIteration as e: out = e.value; break
     print(file=file)
     if not quiet:
         print(f"[{len(out.token_ids)} tokens, {out.finish_reason}; load {load:.1f} s, prefill {out.prefill_time*1e3:.0f} ms, "
-              f"{out.tokens_per_second:.1f} tok/s]", file=sys.stderr)
+              f"{out.tokens_per_second:.1f} tok/s" + (f"; draft accepted {out.accepted_tokens}/{out.draft_tokens} "
+              f"({out.acceptance_rate:.0%}), {out.tokens_per_pass:.2f} tokens per pass" if draft is not None else "") + "]", file=sys.stderr)
     return out
 
 # %% ../nbs/91_cli.ipynb #86348ed3
@@ -75,11 +81,13 @@ def generate_cli(
     model:str=None,                                 # A .gguf file or Hugging Face folder (default: embedded SmolLM2-135M-Instruct)
     no_cache:store_true=False,                      # Recompute the whole sequence every step (slow; for teaching)
     quiet:store_true=False,                         # No progress or timing on stderr
+    draft:str=None,                                 # Speculative decoding: "prompt_lookup", or a draft model's .gguf file or folder
+    num_draft_tokens:int=5,                         # Tokens the draft proposes per round (with --draft)
 ):
     "Stream a continuation of PROMPT from a language model."
     try:
         _generate(prompt, max_new_tokens, chat, temperature, top_k, top_p, min_p, repetition_penalty, seed, num_beams,
-                  None if stop is None else [stop], model, no_cache, quiet)
+                  None if stop is None else [stop], model, no_cache, quiet, draft, num_draft_tokens)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
 
