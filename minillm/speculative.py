@@ -107,13 +107,13 @@ def speedup_explorer(alpha:float=0.8, k:int=4, c:float=0.1, slope:float=0.0):
     draw()
     return W.VBox([W.HBox([sa, sk]), W.HBox([sc, sv]), out])
 
-# %% ../nbs/06_speculative.ipynb #44bcb788
+# %% ../nbs/06_speculative.ipynb #344806c6
 def precision_copy(llm:LLM, dtype:torch.dtype=torch.bfloat16, name:str|None=None) -> LLM:
     "A copy of `llm` with its weights cast to `dtype` (a lower-precision draft, or a bfloat16 target); logits stay float32."
     m = copy.deepcopy(llm.model).to(dtype)
     return LLM(m, llm.tokenizer, name or f"{llm.name} ({str(dtype).replace('torch.', '')})")
 
-def step_cost(llm:LLM, rows=(1, 2, 3, 4, 5, 6, 8, 12, 16), context:int=64, reps:int=7) -> dict[int, float]:
+def step_cost(llm:LLM, rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7) -> dict[int, float]:
     "Median seconds of one cached forward pass over T new tokens after a `context`-token prefix, for each T in `rows`."
     model, dev, T_max = llm.model, llm.device, max(rows)
     ids = torch.randint(0, llm.config.vocab_size, (1, context + T_max), generator=torch.Generator().manual_seed(0)).to(dev)

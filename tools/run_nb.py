@@ -8,7 +8,7 @@ saved outputs; --only runs the unflagged cells plus cells with these flags; --ce
 after running everything else that is unflagged (so their inputs exist). Runs in a real Jupyter kernel (nbclient). Stops at the
 first error and leaves the notebook unchanged. Run `nbdev_clean` afterwards.
 """
-import argparse, os, sys, time
+import argparse, os, sys, tempfile, time
 from pathlib import Path
 
 def cell_flags(src:str) -> set[str]:
@@ -39,7 +39,10 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600):
     try: client.execute()
     except Exception as e:
         print(f"{type(e).__name__}: {str(e)[-3000:]}", file=sys.stderr)
-        print(f"FAIL  {path} (not saved)"); return False
+        for i, (src, outs) in stash.items(): nb.cells[i].source, nb.cells[i].outputs = src, outs
+        partial = Path(tempfile.gettempdir())/(path.stem + '.failed.ipynb')  # what ran, for inspection (outside nbs/)
+        nbformat.write(nb, partial)
+        print(f"FAIL  {path} (not saved; the cells that ran are in {partial})"); return False
     finally:
         if env_in_test is not None: os.environ['IN_TEST'] = env_in_test
     for i, (src, outs) in stash.items(): nb.cells[i].source, nb.cells[i].outputs = src, outs
