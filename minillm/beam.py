@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from .model import Transformer
 from . import sampling
-from .sampling import no_repeat_ngram_filter, repetition_penalty
+from .sampling import no_repeat_ngram_filter, repetition_penalty, FrameView, control_style
 from .weights import LLM
 from .loop import encode_prompt, prefill, check_stop
 from .kvcache import KVCache   # also gives `LLM.new_cache` its cache
 
 # %% auto #0
 __all__ = ['Beam', 'recompute_stepper', 'search_beams', 'beam_steps', 'plot_beam_tree', 'cached_stepper', 'check_beam_args',
-           'show_beams', 'beam_explorer', 'repetition_rate', 'distinct_n']
+           'beam_lines', 'draw_beams', 'show_beams', 'beam_explorer', 'repetition_rate', 'distinct_n']
 
 # %% ../nbs/05_beam.ipynb #fc3d5ac6
 @dataclass
@@ -135,9 +135,9 @@ def plot_beam_tree(trace:list[dict],        # from search_beams(..., trace=[])
                    decode,                  # token id -> str
                    beams:list[Beam]=(),     # the returned hypotheses, highlighted (best in red)
                    prompt:str='',           # label of the root
-                   ax=None, title:str|None=None):
+                   ax=None, title:str|None=None,
+                   fit:bool=False):         # resize `ax`'s figure to the tree (a new figure is always fitted)
     "Draw a traced beam search: tokens at nodes, token log-probabilities on edges, pruned branches faded."
-    import matplotlib.pyplot as plt
     steps = beam_steps(trace)
     nodes = [dict(ids=(), status='root', token_logprob=0., parent=None, children=[])]
     slot = {}                                     # (step, rank) -> node index
@@ -162,7 +162,11 @@ def plot_beam_tree(trace:list[dict],        # from search_beams(..., trace=[])
         if ch: ys[i] = sum(ys[c] for c in ch) / len(ch)
         else: ys[i] = leaf[0]; leaf[0] += 1
     layout(0)
-    if ax is None: _, ax = plt.subplots(figsize=(1.5 + 1.35 * len(steps), 1 + 0.24 * leaf[0]))
+    size = (1.5 + 1.35 * len(steps), 1 + 0.24 * leaf[0])     # inches: a column per step, a row per leaf
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=size)
+    elif fit: ax.figure.set_size_inches(*size)
     for i, n in enumerate(nodes):
         x, y = len(n['ids']), ys[i]
         path = on_path(n) if i else 0
@@ -255,28 +259,42 @@ def beam_search(self:LLM, prompt,                 # text, chat messages or token
     return beams
 
 # %% ../nbs/05_beam.ipynb #5f04b4c2
-def show_beams(llm:LLM, prompt, num_beams:int=3, max_new_tokens:int=7, ax=None, **kw):
-    "Run a traced beam search, draw its tree and print the final candidates."
-    import matplotlib.pyplot as plt
+def beam_lines(beams:list[Beam]) -> str:
+    "One line per hypothesis: rank, score, log-probability and text."
+    return '\n'.join(f"{i + 1}. score {b.score:7.3f}  logprob {b.logprob:7.2f}  {b.text!r}" for i, b in enumerate(beams))
+
+def draw_beams(llm:LLM, prompt, num_beams:int=3, max_new_tokens:int=7, ax=None, fit:bool=False, **kw) -> list[Beam]:
+    "Run a traced beam search and draw its tree on `ax` (a new figure when None); returns the hypotheses, best first."
     trace = []
     beams = llm.beam_search(prompt, num_beams=num_beams, max_new_tokens=max_new_tokens, num_return_sequences=num_beams, trace=trace, **kw)
     label = prompt if isinstance(prompt, str) else '…'
-    plot_beam_tree(trace, lambda i: llm.tokenizer.decode([i]), beams, prompt='…' + label[-12:], ax=ax,
+    plot_beam_tree(trace, lambda i: llm.tokenizer.decode([i]), beams, prompt='…' + label[-12:], ax=ax, fit=fit,
                    title=f"num_beams = {num_beams}")
-    for i, b in enumerate(beams): print(f"{i + 1}. score {b.score:7.3f}  logprob {b.logprob:7.2f}  {b.text!r}")
     return beams
 
-def beam_explorer(llm:LLM, prompt, max_new_tokens:int=7, max_beams:int=6, value:int=3):
-    "An ipywidgets slider over the beam width that redraws the beam tree and the final candidates."
-    import ipywidgets as W, matplotlib.pyplot as plt
-    slider = W.IntSlider(value=value, min=1, max=max_beams, description='num_beams', continuous_update=False)
-    out = W.Output()
-    def draw(change=None):
-        with out:
-            out.clear_output(wait=True)
-            show_beams(llm, prompt, slider.value, max_new_tokens); plt.show()
-    slider.observe(draw, names='value'); draw()
-    return W.VBox([slider, out])
+def show_beams(llm:LLM, prompt, num_beams:int=3, max_new_tokens:int=7, ax=None, **kw) -> list[Beam]:
+    "Run a traced beam search, draw its tree and print the final candidates."
+    beams = draw_beams(llm, prompt, num_beams, max_new_tokens, ax=ax, **kw)
+    print(beam_lines(beams))
+    return beams
+
+def beam_explorer(llm:LLM, prompt, max_new_tokens:int=7, max_beams:int=6, value:int=3,
+                  prefetch:bool=True):   # search and draw every width when built, so that every move is immediate
+    "A slider over the beam width that redraws the beam tree and the final candidates, each width searched once; safe under JupyterLab's subshells."
+    import ipywidgets as W
+    if not _is_int(max_beams) or max_beams < 1: raise ValueError(f"max_beams must be an integer >= 1, got {max_beams!r}")
+    if not _is_int(value) or not 1 <= value <= max_beams: raise ValueError(f"value must be an integer from 1 to max_beams ({max_beams}), got {value!r}")
+    def draw(fig, num_beams):                 # the tree on the frame, the candidates as text under it
+        return beam_lines(draw_beams(llm, prompt, num_beams, max_new_tokens, ax=fig.subplots(), fit=True))
+    view = FrameView(draw, dpi=100)
+    slider = W.IntSlider(value=value, min=1, max=max_beams, description='num_beams', continuous_update=False, **control_style())
+    slider.observe(lambda change: view.show(change['new']), names='value')
+    if prefetch:
+        for b in range(1, max_beams + 1): view.frame(b)
+    view.show(value)
+    ui = W.VBox([slider, view.out])
+    ui.view, ui.controls = view, dict(num_beams=slider)
+    return ui
 
 # %% ../nbs/05_beam.ipynb #c3f4abb9
 def repetition_rate(ids:list[int], n:int=4) -> float:

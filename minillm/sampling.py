@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_sampling.ipynb #a37fd1d0
 from __future__ import annotations
-import math, operator
+import functools, math, operator, time
 from dataclasses import dataclass, field, asdict, fields, replace
 import torch
 import torch.nn.functional as F
@@ -12,8 +12,8 @@ import torch.nn.functional as F
 # %% auto #0
 __all__ = ['temperature_scale', 'top_k_filter', 'top_p_filter', 'min_p_filter', 'typical_filter', 'repetition_penalty',
            'frequency_presence_penalty', 'no_repeat_ngram_filter', 'logit_bias', 'bad_words_filter',
-           'min_new_tokens_filter', 'SamplingParams', 'process_logits', 'sample', 'next_token_logits',
-           'plot_candidates', 'sampling_explorer', 'make_picker', 'resolve_params']
+           'min_new_tokens_filter', 'SamplingParams', 'process_logits', 'sample', 'next_token_logits', 'frame_png',
+           'control_style', 'FrameView', 'plot_candidates', 'sampling_explorer', 'make_picker', 'resolve_params']
 
 # %% ../nbs/03_sampling.ipynb #c3check1
 def _is_num(x): return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
@@ -370,6 +370,52 @@ def next_token_logits(llm, prompt:str|list[int]) -> torch.Tensor:
     if not ids: raise ValueError("prompt is empty: need at least one token to predict the next one")
     return llm.model(torch.tensor([ids], device=llm.device))[:, -1].float()
 
+# %% ../nbs/03_sampling.ipynb #e7d80c57
+def frame_png(draw,                  # draw(fig): draws one frame on `fig`, a fresh matplotlib `Figure`
+              figsize=(9, 3.2),      # inches; `draw` may change it with `fig.set_size_inches`
+              dpi:int=80) -> bytes:
+    "Draw one frame on a `Figure` of its own (pyplot never sees it) and return it as PNG bytes."
+    import io
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=figsize, dpi=dpi)
+    draw(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format='png')
+    return buf.getvalue()
+
+def control_style(width:str='440px') -> dict:
+    "Keyword arguments that give an ipywidgets control its whole label and a track wide enough to drag."
+    import ipywidgets as W
+    return dict(style={'description_width': 'initial'}, layout=W.Layout(width=width))
+
+class FrameView:
+    "An ipywidgets `Output` that shows one frame per setting, drawn on its own `Figure` and cached: safe under JupyterLab's subshells."
+    def __init__(self, draw,              # draw(fig, *key) draws the frame for setting `key`; returns text to show under it (or None)
+                 figsize=(9, 3.2), dpi:int=80,
+                 cache:int=256):          # frames kept (the least recently shown is dropped first)
+        import ipywidgets as W
+        if not callable(draw): raise ValueError(f"draw must be a function draw(fig, *key), got {draw!r}")
+        self.draw, self.figsize, self.dpi, self.out = draw, figsize, dpi, W.Output()
+        self.frame = functools.lru_cache(cache)(self._render)   # key -> (png, text)
+        self.draws, self.times = 0, []    # frames drawn so far; (seconds, drawn) for every `show`
+
+    def _render(self, *key):
+        text = []
+        png = frame_png(lambda fig: text.append(self.draw(fig, *key)), self.figsize, self.dpi)
+        self.draws += 1
+        return png, text[0] or ''
+
+    def show(self, *key):
+        "Replace the frame in `out` by the one for `key`, drawing it only if it is not cached."
+        from IPython.display import display, Image
+        t0, n0 = time.perf_counter(), self.draws
+        with self.out:                        # an error in `draw` shows its traceback here, in the widget
+            self.out.clear_output(wait=True)  # the old frame stays until the new one is ready
+            png, text = self.frame(*key)
+            display(Image(data=png, format='png'))
+            if text: print(text)
+        self.times.append((time.perf_counter() - t0, self.draws > n0))
+
 # %% ../nbs/03_sampling.ipynb #a7d897bc
 def plot_candidates(logits:torch.Tensor,   # (1, V) logits of the next token
                     params:SamplingParams, # the settings to apply
@@ -377,8 +423,9 @@ def plot_candidates(logits:torch.Tensor,   # (1, V) logits of the next token
                     n:int=20,              # number of top candidates to show
                     ax=None):              # matplotlib axes; a new figure when None
     "Bar chart of the `n` most likely next tokens before and after `params`' processors; returns the axes."
-    import matplotlib.pyplot as plt
-    if ax is None: _, ax = plt.subplots(figsize=(9, 3.2), dpi=80)
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=(9, 3.2), dpi=80)
     raw = logits.float().softmax(-1)[0]
     proc = process_logits(logits.float(), params)
     new = proc.softmax(-1)[0] if not params.is_greedy else F.one_hot(proc.argmax(-1), raw.shape[-1])[0].float()
@@ -396,32 +443,36 @@ def plot_candidates(logits:torch.Tensor,   # (1, V) logits of the next token
 
 # %% ../nbs/03_sampling.ipynb #ac4c92cf
 def sampling_explorer(llm, prompt:str="Once upon a time, there was a", seed:int=0, n:int=20):
-    "An ipywidgets explorer of temperature, top-k, top-p and min-p on `llm`'s next-token distribution."
-    import ipywidgets as W, matplotlib.pyplot as plt
-    from IPython.display import display
-    box = W.Textarea(value=prompt, layout=W.Layout(width='95%', height='60px'))
-    temp = W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description='temperature')
-    top_k = W.IntSlider(value=0, min=0, max=100, description='top_k')
-    top_p = W.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.01, description='top_p')
-    min_p = W.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description='min_p')
-    button, out, info = W.Button(description='sample next token'), W.Output(), W.HTML()
-    gen, cache = torch.Generator().manual_seed(seed), {}
-    def params(): return SamplingParams(temperature=temp.value, top_k=top_k.value, top_p=top_p.value, min_p=min_p.value)
-    def logits():
-        if box.value not in cache: cache.clear(); cache[box.value] = next_token_logits(llm, box.value)
-        return cache[box.value]
-    def redraw(*_):
-        with out:
-            out.clear_output(wait=True)
-            plot_candidates(logits(), params(), llm.tokenizer, n=n); plt.tight_layout(); plt.show()
+    "An ipywidgets explorer of temperature, top-k, top-p and min-p on `llm`'s next-token distribution; safe under JupyterLab's subshells."
+    import ipywidgets as W
+    box = W.Textarea(value=prompt, continuous_update=False, layout=W.Layout(width='95%', height='60px'))
+    slider = dict(continuous_update=False, **control_style())
+    temp = W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.05, description='temperature', **slider)
+    top_k = W.IntSlider(value=0, min=0, max=100, description='top_k', **slider)
+    top_p = W.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.01, description='top_p', **slider)
+    min_p = W.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.01, description='min_p', **slider)
+    button, info = W.Button(description='sample next token'), W.HTML()
+    gen = torch.Generator().manual_seed(seed)
+    @functools.lru_cache(8)
+    def logits(text): return next_token_logits(llm, text)        # (1, V): one forward pass per prompt, not per move
+    def params(t, k, p, m): return SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
+    def draw(fig, text, t, k, p, m):
+        plot_candidates(logits(text), params(t, k, p, m), llm.tokenizer, n=n, ax=fig.subplots())
+        fig.tight_layout()
+        return f"temperature={t:g}, top_k={k}, top_p={p:g}, min_p={m:g}"    # under the bars: the settings drawn
+    view = FrameView(draw, figsize=(9, 3.2), dpi=80)
+    def redraw(*_): view.show(box.value, temp.value, top_k.value, top_p.value, min_p.value)
     def step(_):
-        tok = sample(logits(), params(), generator=gen).item()
+        tok = sample(logits(box.value), params(temp.value, top_k.value, top_p.value, min_p.value), generator=gen).item()
         info.value = f"sampled <code>{llm.tokenizer.decode([tok])!r}</code>"
         box.value = box.value + llm.tokenizer.decode([tok])  # triggers redraw
     for w in (box, temp, top_k, top_p, min_p): w.observe(redraw, 'value')
     button.on_click(step)
     redraw()
-    return W.VBox([box, W.HBox([W.VBox([temp, top_k]), W.VBox([top_p, min_p])]), W.HBox([button, info]), out])
+    ui = W.VBox([box, W.HBox([W.VBox([temp, top_k]), W.VBox([top_p, min_p])], layout=W.Layout(flex_flow='row wrap')),
+                 W.HBox([button, info]), view.out])
+    ui.view, ui.controls = view, dict(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, prompt=box, sample=button)
+    return ui
 
 # %% ../nbs/03_sampling.ipynb #0454b3a0
 from fastcore.basics import patch

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .model import Transformer
 from .weights import LLM
 from .loop import Step, Timer, Generation, encode_prompt, run_generation
-from .sampling import SamplingParams, process_logits, resolve_params
+from .sampling import SamplingParams, process_logits, resolve_params, FrameView, control_style
 from .kvcache import KVCache
 import minillm.beam   # its `LLM.beam_search` must exist before we guard it below
 
@@ -84,28 +84,27 @@ def expected_speedup(alpha:float, k:int, c:float, verify_cost:float=1.0) -> floa
 
 # %% ../nbs/06_speculative.ipynb #609e32d4
 def speedup_explorer(alpha:float=0.8, k:int=4, c:float=0.1, slope:float=0.0):
-    "Sliders for the acceptance rate, draft length, draft cost and verification cost; redraws the expected speedup over k."
-    import ipywidgets as W, matplotlib.pyplot as plt
-    sa = W.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description='alpha')
-    sk = W.IntSlider(value=k, min=1, max=16, description='k')
-    sc = W.FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description='draft cost c')
-    sv = W.FloatSlider(value=slope, min=0.0, max=0.3, step=0.01, description='verify slope')
-    out = W.Output()
-    def draw(*_):
-        with out:
-            out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(6, 3), dpi=80)
-            ks = list(range(1, 17))
-            s = [expected_speedup(sa.value, j, sc.value, 1 + sv.value * j) for j in ks]
-            ax.plot(ks, s, marker='o', ms=3); ax.axhline(1, color='0.5', lw=0.8)
-            ax.plot([sk.value], [expected_speedup(sa.value, sk.value, sc.value, 1 + sv.value * sk.value)], 'o', color='C3')
-            ax.set(xlabel='draft tokens k', ylabel='expected speedup',
-                   title=f"k={sk.value}: {expected_tokens(sa.value, sk.value):.2f} tokens/pass, speedup "
-                         f"{expected_speedup(sa.value, sk.value, sc.value, 1 + sv.value * sk.value):.2f}x")
-            plt.tight_layout(); plt.show()
-    for w in (sa, sk, sc, sv): w.observe(draw, 'value')
-    draw()
-    return W.VBox([W.HBox([sa, sk]), W.HBox([sc, sv]), out])
+    "Sliders for the acceptance rate, draft length, draft cost and verification cost; redraws the expected speedup over k. Safe under JupyterLab's subshells."
+    import ipywidgets as W
+    style = dict(continuous_update=False, **control_style('380px'))
+    sa = W.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description='alpha', **style)
+    sk = W.IntSlider(value=k, min=1, max=16, description='k', **style)
+    sc = W.FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description='draft cost c', **style)
+    sv = W.FloatSlider(value=slope, min=0.0, max=0.3, step=0.01, description='verify slope', **style)
+    def draw(fig, a, k, c, v):
+        ax, ks = fig.subplots(), list(range(1, 17))
+        ax.plot(ks, [expected_speedup(a, j, c, 1 + v * j) for j in ks], marker='o', ms=3); ax.axhline(1, color='0.5', lw=0.8)
+        ax.plot([k], [expected_speedup(a, k, c, 1 + v * k)], 'o', color='C3')
+        ax.set(xlabel='draft tokens k', ylabel='expected speedup',
+               title=f"k={k}: {expected_tokens(a, k):.2f} tokens/pass, speedup {expected_speedup(a, k, c, 1 + v * k):.2f}x")
+        fig.tight_layout()
+    view = FrameView(draw, figsize=(6, 3), dpi=80)
+    def redraw(*_): view.show(sa.value, sk.value, sc.value, sv.value)
+    for w in (sa, sk, sc, sv): w.observe(redraw, 'value')
+    redraw()
+    ui = W.VBox([W.HBox([sa, sk], layout=W.Layout(flex_flow='row wrap')), W.HBox([sc, sv], layout=W.Layout(flex_flow='row wrap')), view.out])
+    ui.view, ui.controls = view, dict(alpha=sa, k=sk, c=sc, slope=sv)
+    return ui
 
 # %% ../nbs/06_speculative.ipynb #344806c6
 def precision_copy(llm:LLM, dtype:torch.dtype=torch.bfloat16, name:str|None=None) -> LLM:

@@ -1,15 +1,55 @@
 #!/usr/bin/env python
 """Execute notebooks in place and save their outputs, as the docs show them.
 
-Usage: python tools/run_nb.py nbs/03_sampling.ipynb [more.ipynb] [--skip "slow gpu"] [--only slow] [--cells ID,ID]
+Usage: python tools/run_nb.py nbs/03_sampling.ipynb [more.ipynb] [--skip "slow gpu"] [--only slow] [--cells ID,ID] [--tidy]
 
 Cells flagged with a word in --skip (default: `slow gpu`, the benchmark and GPU cells) are not run and keep their
 saved outputs; --only runs the unflagged cells plus cells with these flags; --cells reruns just the named cell ids
 after running everything else that is unflagged (so their inputs exist). Runs in a real Jupyter kernel (nbclient). Stops at the
 first error and leaves the notebook unchanged. Run `nbdev_clean` afterwards.
+
+Saved notebooks are tidied for a reader who opens them in JupyterLab before running anything (`--tidy` does only
+that, without running): a `python3` kernelspec (no "Select Kernel" dialog), no saved widget state (no stale models,
+no leftover progress bars), progress-bar outputs dropped, and each widget view replaced by a view of no model whose
+plain-text fallback is a one-line hint, so JupyterLab shows the hint or nothing, never a `VBox(children=...` repr.
 """
-import argparse, os, sys, tempfile, time
+import argparse, os, re, sys, tempfile, time
 from pathlib import Path
+
+KERNELSPEC = {'display_name': 'python3', 'language': 'python', 'name': 'python3'}
+WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json'
+WIDGET_HINT = 'Interactive widget: run this cell (after the cells above it) to use it; the figure below shows one of its views.'
+_re_progress = re.compile(r'\d+%\||\|\s*\d+/\d+|it/s\]|s/it\]')
+
+def _text(s): return ''.join(s) if isinstance(s, list) else (s or '')
+
+def tidy(nb):
+    "Make `nb` open cleanly in JupyterLab before it runs (see the module docstring); returns `nb`."
+    nb.metadata['kernelspec'] = dict(KERNELSPEC)
+    nb.metadata.pop('widgets', None)
+    for c in nb.cells:
+        if c.cell_type != 'code': continue
+        outs = []
+        for o in c.get('outputs', []):
+            data = o.get('data', {})
+            if WIDGET_VIEW in data:
+                if _re_progress.search(_text(data.get('text/plain'))): continue      # a tqdm bar: nothing to see later
+                o['data'] = {WIDGET_VIEW: {'model_id': '', 'version_major': 2, 'version_minor': 0}, 'text/plain': WIDGET_HINT}
+            outs.append(o)
+        c.outputs = outs
+    return nb
+
+def untidy(nb) -> list[str]:
+    "What `tidy` would change in `nb`, one line each (empty when tidy)."
+    probs = []
+    if nb.metadata.get('kernelspec', {}).get('name') != 'python3': probs.append('no python3 kernelspec (JupyterLab asks to select a kernel)')
+    if 'widgets' in nb.metadata: probs.append('saved widget state in the notebook metadata')
+    for i, c in enumerate(nb.cells):
+        for o in c.get('outputs', []):
+            data = o.get('data', {})
+            if WIDGET_VIEW in data and (data[WIDGET_VIEW].get('model_id') or _text(data.get('text/plain')) != WIDGET_HINT):
+                probs.append(f"cell {i} ({c.get('id')}): a widget view of a saved model, shown as {_text(data.get('text/plain'))[:50]!r} before it runs")
+    return probs
 
 def cell_flags(src:str) -> set[str]:
     "Words of the `#| ...` directive lines at the top of a cell (`#| slow`, `#| hf`, `#| export` ...)."
@@ -46,7 +86,7 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600):
     finally:
         if env_in_test is not None: os.environ['IN_TEST'] = env_in_test
     for i, (src, outs) in stash.items(): nb.cells[i].source, nb.cells[i].outputs = src, outs
-    nbformat.write(nb, path)
+    nbformat.write(tidy(nb), path)
     print(f"ran   {path} in {time.time() - t0:.0f} s"); return True
 
 if __name__ == '__main__':
@@ -55,7 +95,14 @@ if __name__ == '__main__':
     ap.add_argument('--skip', default='slow gpu')
     ap.add_argument('--only', default=None, help='flags to run in addition to unflagged cells (others are skipped)')
     ap.add_argument('--cells', default=None, help='comma-separated cell ids to run even if flagged')
+    ap.add_argument('--tidy', action='store_true', help='only tidy the notebooks for JupyterLab, without running them')
     a = ap.parse_args()
+    if a.tidy:
+        import nbformat
+        for p in a.paths:
+            nb = nbformat.read(p, as_version=4)
+            if untidy(nb): nbformat.write(tidy(nb), p); print(f"tidied {p}")
+        sys.exit(0)
     skip = set(a.skip.split())
     if a.only is not None: skip -= set(a.only.split())
     cells = set(a.cells.split(',')) if a.cells else None
