@@ -13,5 +13,6 @@ from .sampling import *
 from .kvcache import *
 from .beam import *
 from .speculative import *
-from . import model as _model, weights as _weights, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, speculative as _speculative
-__all__ = [n for m in (_model, _weights, _loop, _sampling, _kvcache, _beam, _speculative) for n in m.__all__]   # the union of every chapter's API
+from .batching import *
+from . import model as _model, weights as _weights, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, speculative as _speculative, batching as _batching
+__all__ = [n for m in (_model, _weights, _loop, _sampling, _kvcache, _beam, _speculative, _batching) for n in m.__all__]   # the union of every chapter's API
