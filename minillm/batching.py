@@ -640,9 +640,10 @@ def poisson_workload(n:int, rate:float, seed:int=0, vocab_size:int=49152, prompt
     "`n` requests with exponential gaps at `rate` per second (inf: all at once); prompt lengths uniform in `prompt_len`, outputs `short` or, for a fraction `long_frac`, `long`. Same seed, same workload."
     if not rate > 0: raise ValueError(f"rate must be > 0 requests per second (inf for all at once), got {rate!r}")
     rng, t, work = random.Random(seed), 0.0, []
+    lo = 256 if vocab_size > 512 else 3                               # skip the special tokens of a real vocabulary
     for _ in range(n):
         if rate != math.inf: t += rng.expovariate(rate)
-        ids = [rng.randrange(256, vocab_size) for _ in range(rng.randint(*prompt_len))]
+        ids = [rng.randrange(lo, vocab_size) for _ in range(rng.randint(*prompt_len))]
         work.append(Arrival(t, ids, rng.randint(*(long if rng.random() < long_frac else short))))
     return work
 
