@@ -96,10 +96,16 @@ def bench_cli(
     max_new_tokens:int=64,                          # Tokens to generate per run
     reps:int=3,                                     # Runs per system (best is reported)
     model:str=None,                                 # A .gguf file or Hugging Face folder (default: embedded model)
+    dtype:str=None,                                 # Also time minillm in this form: float32, bfloat16, int8, q8_0, q4_0, q4_1 (chapter 09)
 ):
     "Greedy decoding speed of minillm against Hugging Face transformers on the same weights, in the same run."
     if not hasattr(mall, 'bench'):
         print("error: the benchmark needs the KV cache chapter (minillm.kvcache.bench)", file=sys.stderr); sys.exit(2)
-    try: mall.bench(max_new_tokens=max_new_tokens, reps=reps, model=model)
+    try:
+        if dtype is not None:                       # minillm float32 and in `dtype`, transformers float32 and bfloat16
+            fmt = mall.check_format(dtype)
+            llm = mall.LLM.load(model, progress=False)
+            mall.format_bench(llm, ('float32',) if fmt == 'float32' else ('float32', fmt), max_new_tokens=max_new_tokens, reps=reps)
+        else: mall.bench(max_new_tokens=max_new_tokens, reps=reps, model=model)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
