@@ -780,27 +780,25 @@ def plot_timeline(engine:Engine, fig=None, x:str='step', max_requests:int=40):
 
 def engine_explorer(llm:LLM, n:int=16, seed:int=0, rates=(0.1, 0.25, 0.5, 1.0, 2.0), batch_sizes=(1, 2, 4, 8, 16),
                     num_blocks:int|None=None, block_size:int=16, **workload_kw):
-    "A widget over the arrival rate (requests per step) and the batch size: runs the `Engine` on a small Poisson workload on a step clock (cached per setting) and redraws its timeline and metrics."
+    """A widget over the arrival rate (requests per step) and the batch size: runs the `Engine` on a small Poisson workload on a step clock
+    and redraws its timeline and metrics. Each setting is run and drawn once (chapter 03's `FrameView`), on a `Figure` of its own with no
+    pyplot in the callback, so it is safe under JupyterLab's subshells."""
     import ipywidgets as W
-    from IPython.display import display
+    from minillm.sampling import FrameView, control_style
     kw = dict(prompt_len=(8, 32), short=(4, 12), long=(24, 40), long_frac=0.2, vocab_size=llm.config.vocab_size, **workload_kw)
-    style, lay = {'description_width': 'initial'}, W.Layout(width='360px')
-    rate = W.SelectionSlider(options=list(rates), value=rates[len(rates) // 2], description='arrivals per step', style=style, layout=lay)
-    size = W.SelectionSlider(options=list(batch_sizes), value=batch_sizes[-2], description='max_batch_size', style=style, layout=lay)
-    out, info, runs = W.Output(), W.HTML(), {}
-    def redraw(*_):
-        key = (rate.value, size.value)
-        if key not in runs:                                                # each setting is computed once
-            eng = Engine(llm, size.value, num_blocks=num_blocks, block_size=block_size)
-            rows = serve_engine_steps(eng, poisson_workload(n, rate.value, seed, **kw))
-            pre = sum(r.preemptions for r in eng.requests.values())
-            runs[key] = (plot_timeline(eng), serving_metrics(rows, scale=1), pre, eng.steps)
-        fig, m, pre, steps = runs[key]
-        info.value = (f"{steps} steps, {m['throughput']:.2f} tokens per step; time to first token p50 {m['ttft_p50']:.1f}, "
-                      f"p99 {m['ttft_p99']:.1f} steps; {pre} preemptions")
-        with out:
-            out.clear_output(wait=True)
-            display(fig)
+    rate = W.SelectionSlider(options=list(rates), value=rates[len(rates) // 2], description='arrivals per step', **control_style('400px'))
+    size = W.SelectionSlider(options=list(batch_sizes), value=batch_sizes[-2], description='max_batch_size', **control_style('400px'))
+    def draw(fig, r, b):
+        eng = Engine(llm, b, num_blocks=num_blocks, block_size=block_size)
+        rows = serve_engine_steps(eng, poisson_workload(n, r, seed, **kw))
+        pre = sum(q.preemptions for q in eng.requests.values())
+        plot_timeline(eng, fig=fig); m = serving_metrics(rows, scale=1)
+        return (f"{eng.steps} steps, {m['throughput']:.2f} tokens per step; time to first token p50 {m['ttft_p50']:.1f}, "
+                f"p99 {m['ttft_p99']:.1f} steps; {pre} preemptions")
+    view = FrameView(draw, figsize=(9, 4.2), dpi=80)
+    def redraw(*_): view.show(rate.value, size.value)
     for w in (rate, size): w.observe(redraw, 'value')
     redraw()
-    return W.VBox([W.HBox([rate, size]), info, out])
+    ui = W.VBox([W.HBox([rate, size], layout=W.Layout(flex_flow='row wrap')), view.out])
+    ui.view, ui.controls = view, dict(rate=rate, max_batch_size=size)
+    return ui
