@@ -779,21 +779,29 @@ def plot_timeline(engine:Engine, fig=None, x:str='step', max_requests:int=40):
     return fig
 
 def engine_explorer(llm:LLM, n:int=16, seed:int=0, rates=(0.1, 0.25, 0.5, 1.0, 2.0), batch_sizes=(1, 2, 4, 8, 16),
-                    num_blocks:int|None=None, block_size:int=16, **workload_kw):
+                    num_blocks:int|None=None, block_size:int=16, stand_in:bool=True, **workload_kw):
     """A widget over the arrival rate (requests per step) and the batch size: runs the `Engine` on a small Poisson workload on a step clock
     and redraws its timeline and metrics. Each setting is run and drawn once (chapter 03's `FrameView`), on a `Figure` of its own with no
-    pyplot in the callback, so it is safe under JupyterLab's subshells."""
+    pyplot in the callback, so it is safe under JupyterLab's subshells. On a step clock with `ignore_eos` the schedule depends only on
+    lengths, the batch size and the block pool, not on the weights; so by default (`stand_in=True`) the engine runs a 2-layer random model
+    with `llm`'s vocabulary and context, which draws the same timeline as `llm` in a fraction of the time."""
     import ipywidgets as W
     from minillm.sampling import FrameView, control_style
+    if stand_in:
+        from minillm.model import ModelConfig
+        torch.manual_seed(0)
+        cfg = ModelConfig.tiny(vocab_size=llm.config.vocab_size, max_seq_len=llm.config.max_seq_len)
+        llm = LLM(Transformer(cfg).to(llm.device), llm.tokenizer, f"{llm.name} (2-layer stand-in)")
     kw = dict(prompt_len=(8, 32), short=(4, 12), long=(24, 40), long_frac=0.2, vocab_size=llm.config.vocab_size, **workload_kw)
-    rate = W.SelectionSlider(options=list(rates), value=rates[len(rates) // 2], description='arrivals per step', **control_style('400px'))
-    size = W.SelectionSlider(options=list(batch_sizes), value=batch_sizes[-2], description='max_batch_size', **control_style('400px'))
+    rate = W.SelectionSlider(options=list(rates), value=rates[len(rates) // 2], description='arrivals per step', **control_style('480px'))
+    size = W.SelectionSlider(options=list(batch_sizes), value=batch_sizes[-2], description='max_batch_size', **control_style('480px'))
     def draw(fig, r, b):
         eng = Engine(llm, b, num_blocks=num_blocks, block_size=block_size)
         rows = serve_engine_steps(eng, poisson_workload(n, r, seed, **kw))
         pre = sum(q.preemptions for q in eng.requests.values())
         plot_timeline(eng, fig=fig); m = serving_metrics(rows, scale=1)
-        return (f"{eng.steps} steps, {m['throughput']:.2f} tokens per step; time to first token p50 {m['ttft_p50']:.1f}, "
+        fig.axes[0].set_title(f"{n} requests, {r} arrivals per step, max_batch_size {b}", fontsize=10)
+        return (f"arrivals per step {r}, max_batch_size {b}: {eng.steps} steps, {m['throughput']:.2f} tokens per step; time to first token p50 {m['ttft_p50']:.1f}, "
                 f"p99 {m['ttft_p99']:.1f} steps; {pre} preemptions")
     view = FrameView(draw, figsize=(9, 4.2), dpi=80)
     def redraw(*_): view.show(rate.value, size.value)

@@ -448,7 +448,9 @@ def constant_entries(items, module, api, doc):
     out = []
     for name, value, comment in items:
         full = f'{module}.{name}'
-        opts = [f':module: {module}'] + ([f':value: {re.sub(chr(10), " ", value)[:120]}'] if value else [])
+        one = ' '.join(value.split()) if value else ''                  # one line; long values (a text constant) cut with an ellipsis
+        if len(one) > 120: one = one[:117] + '...'
+        opts = [f':module: {module}'] + ([f':value: {json.dumps(one)}'] if one else [])   # quoted, so YAML never parses the text
         if full in api.seen: opts.append(':no-index:')
         api.seen.add(full)
         api.by_page.setdefault(doc, []).append(dict(name=name, full=full, anchor=pandoc_id(name), kind='data', id=full))
