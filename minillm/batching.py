@@ -20,11 +20,26 @@ from .speculative import make_draft, process_rows, accept_draft, accept_greedy, 
 import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
 
 # %% auto #0
-__all__ = ['left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch', 'generate_batch',
-           'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput',
-           'Engine', 'run_speculative_batch', 'Arrival', 'poisson_workload', 'serve_one_at_a_time', 'serve_static',
-           'serve_engine', 'serving_metrics', 'serving_bench', 'plot_serving', 'serve_engine_steps', 'plot_timeline',
-           'engine_explorer']
+__all__ = ['machine_info', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
+           'generate_batch', 'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch',
+           'cache_waste', 'StepOutput', 'Engine', 'run_speculative_batch', 'Arrival', 'poisson_workload',
+           'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_metrics', 'serving_bench', 'plot_serving',
+           'serve_engine_steps', 'plot_timeline', 'schedule_stand_in', 'engine_explorer']
+
+# %% ../nbs/07_batching.ipynb #07c00102
+def machine_info() -> str:
+    "One line naming this machine's CPU, its cores, torch's threads and the vector instructions torch uses (AVX2, AVX512, AMX): every timing depends on them."
+    import os, platform
+    name, flags = platform.processor(), ''
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name') and not name.strip(): name = line.split(':', 1)[1].strip()
+                if line.startswith('flags'): flags = line; break
+    except OSError: pass
+    amx = ' with AMX' if 'amx_tile' in flags.split() else (', no AMX' if flags else '')
+    return (f"{name.strip() or 'unknown CPU'}: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}{amx}")
 
 # %% ../nbs/07_batching.ipynb #07c00021
 def left_pad(seqs:list[list[int]], pad_id:int=0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -778,20 +793,23 @@ def plot_timeline(engine:Engine, fig=None, x:str='step', max_requests:int=40):
     fig.tight_layout()
     return fig
 
+def schedule_stand_in(llm:LLM, seed:int=0) -> LLM:
+    "A 2-layer random model with `llm`'s vocabulary, context and tokenizer: on a step clock with `ignore_eos` it gives the `Engine` the same schedule as `llm`, cheaply."
+    from minillm.model import ModelConfig
+    torch.manual_seed(seed)
+    cfg = ModelConfig.tiny(vocab_size=llm.config.vocab_size, max_seq_len=llm.config.max_seq_len)
+    return LLM(Transformer(cfg).to(llm.device).eval().requires_grad_(False), llm.tokenizer, f"{llm.name} (2-layer stand-in)")
+
 def engine_explorer(llm:LLM, n:int=16, seed:int=0, rates=(0.1, 0.25, 0.5, 1.0, 2.0), batch_sizes=(1, 2, 4, 8, 16),
                     num_blocks:int|None=None, block_size:int=16, stand_in:bool=True, **workload_kw):
     """A widget over the arrival rate (requests per step) and the batch size: runs the `Engine` on a small Poisson workload on a step clock
     and redraws its timeline and metrics. Each setting is run and drawn once (chapter 03's `FrameView`), on a `Figure` of its own with no
     pyplot in the callback, so it is safe under JupyterLab's subshells. On a step clock with `ignore_eos` the schedule depends only on
     lengths, the batch size and the block pool, not on the weights; so by default (`stand_in=True`) the engine runs a 2-layer random model
-    with `llm`'s vocabulary and context, which draws the same timeline as `llm` in a fraction of the time."""
+    with `llm`'s vocabulary and context, which draws the same timeline as `llm` (tested in the chapter) and is much cheaper to run."""
     import ipywidgets as W
     from minillm.sampling import FrameView, control_style
-    if stand_in:
-        from minillm.model import ModelConfig
-        torch.manual_seed(0)
-        cfg = ModelConfig.tiny(vocab_size=llm.config.vocab_size, max_seq_len=llm.config.max_seq_len)
-        llm = LLM(Transformer(cfg).to(llm.device), llm.tokenizer, f"{llm.name} (2-layer stand-in)")
+    if stand_in: llm = schedule_stand_in(llm)
     kw = dict(prompt_len=(8, 32), short=(4, 12), long=(24, 40), long_frac=0.2, vocab_size=llm.config.vocab_size, **workload_kw)
     rate = W.SelectionSlider(options=list(rates), value=rates[len(rates) // 2], description='arrivals per step', **control_style('480px'))
     size = W.SelectionSlider(options=list(batch_sizes), value=batch_sizes[-2], description='max_batch_size', **control_style('480px'))
