@@ -22,9 +22,10 @@ import minillm.speculative   # its `LLM.generate` (drafts) must exist before we 
 # %% auto #0
 __all__ = ['machine_info', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
            'generate_batch', 'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch',
-           'cache_waste', 'StepOutput', 'Engine', 'run_speculative_batch', 'Arrival', 'poisson_workload',
-           'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_metrics', 'serving_bench', 'plot_serving',
-           'serve_engine_steps', 'plot_timeline', 'schedule_stand_in', 'engine_explorer']
+           'cache_waste', 'StepOutput', 'prefill_groups', 'Engine', 'run_speculative_batch', 'Arrival',
+           'poisson_workload', 'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_metrics',
+           'serving_bench', 'plot_serving', 'serve_engine_steps', 'plot_timeline', 'schedule_stand_in',
+           'engine_explorer']
 
 # %% ../nbs/07_batching.ipynb #07c00102
 def machine_info() -> str:
@@ -362,6 +363,20 @@ class PagedKVCache:
         t = self.tables[seq_id]
         while len(t) > self.blocks_for(n): self._free.append(t.pop())
 
+    def store(self, seq_id, k:torch.Tensor, v:torch.Tensor):
+        "Append keys and values computed elsewhere, `(L, H_kv, n, D)` for every layer, to `seq_id`'s next `n` positions (blocks allocated as needed)."
+        L, H, n, D = k.shape
+        if v.shape != k.shape or (L, H, D) != (self.n_layers, self.k.shape[2], self.k.shape[3]):
+            raise ValueError(f"PagedKVCache.store: k and v must both be (L={self.n_layers}, H_kv={self.k.shape[2]}, n, D={self.k.shape[3]}), "
+                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        self.grow(self._seq(seq_id), n)
+        bs, start = self.block_size, self._len[seq_id]
+        pos = torch.arange(start, start + n)
+        slots = (torch.tensor(self.tables[seq_id])[pos // bs] * bs + pos % bs).to(self.device)   # (n,) pool slots
+        self.k[:, slots] = k.transpose(1, 2).to(self.dtype)               # (L, n, H_kv, D)
+        self.v[:, slots] = v.transpose(1, 2).to(self.dtype)
+        self._len[seq_id] = start + n
+
     def batch(self, seq_ids) -> PagedBatch:
         "The sequences `seq_ids` (created if new) as the `cache` of one forward pass, one row each."
         for s in seq_ids:
@@ -440,14 +455,25 @@ class StepOutput:
     finished: bool = False
     finish_reason: str | None = None      # "stop", "length" or "cancelled" once finished
 
+def prefill_groups(lengths:list[int], max_waste:float=0.25) -> list[list[int]]:
+    "Indices of `lengths` in groups of similar length (shortest first) such that left-padding each group to its longest wastes at most `max_waste` of its real tokens."
+    if max_waste < 0: raise ValueError(f"max_waste must be >= 0, got {max_waste}")
+    groups, cur, total = [], [], 0
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if cur and lengths[i] * (len(cur) + 1) > (1 + max_waste) * (total + lengths[i]):   # sorted: lengths[i] is the new longest
+            groups.append(cur); cur, total = [], 0
+        cur.append(i); total += lengths[i]
+    return groups + [cur] if cur else groups
+
 class Engine:
     "Continuous batching: requests join and leave between steps (iteration-level scheduling), their keys and values in a `PagedKVCache`."
     def __init__(self, llm:LLM, max_batch_size:int=16,
                  num_blocks:int|None=None,  # blocks in the pool; default enough for max_batch_size rows of 512 tokens (and one full context)
-                 block_size:int=16):        # slots per block
+                 block_size:int=16,         # slots per block
+                 batch_prefill:bool=False): # prefill the requests admitted in one step together (left-padded groups of similar length)
         for name, v in (('max_batch_size', max_batch_size), ('block_size', block_size)) + ((('num_blocks', num_blocks),) if num_blocks is not None else ()):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"Engine: {name} must be an integer >= 1, got {v!r}")
-        self.llm, self.max_batch_size = llm, max_batch_size
+        self.llm, self.max_batch_size, self.batch_prefill = llm, max_batch_size, batch_prefill
         if num_blocks is None: num_blocks = max(-(-llm.config.max_seq_len // block_size), -(-max_batch_size * 512 // block_size))
         self.cache = PagedKVCache.for_model(llm.model, num_blocks, block_size)
         self.waiting, self.running = deque(), []                           # queue, and requests in the batch (oldest first)
@@ -524,11 +550,8 @@ class Engine:
             self.cache.add(r.id); self.cache.grow(r.id, n)
             admitted.append(r)
         with torch.inference_mode():
-            for r in admitted:                                             # prefill, one request at a time
-                ids = torch.tensor([r.prompt_ids + r.out], device=dev)
-                logits = model(ids, cache=self.cache.batch([r.id]), last_only=True)[:, -1]   # (1, V)
-                self._emit([r], logits, outs)
-                states[r.id] = 'prefill'
+            if admitted: self._prefill(admitted, outs)
+            for r in admitted: states[r.id] = 'prefill'
             if decode:                                                     # one token for every running request
                 x = torch.tensor([[r.out[-1]] for r in decode], device=dev)   # (B, 1) each row's newest token
                 logits = model(x, cache=self.cache.batch([r.id for r in decode]), last_only=True)[:, -1]   # (B, V)
@@ -542,6 +565,23 @@ class Engine:
         self.log.append(dict(t0=t0, t1=time.perf_counter(), states=states, used_blocks=self.cache.num_used_blocks,
                              running=len(self.running), waiting=len(self.waiting)))
         return outs
+
+    def _prefill(self, reqs:list[Request], outs:dict):
+        "Prefill `reqs` (their prompts and, after a preemption, their tokens so far) and emit each one's first new token."
+        model, dev = self.llm.model, self.llm.device
+        if not self.batch_prefill:                                         # one request at a time, through its block table
+            for r in reqs:
+                ids = torch.tensor([r.prompt_ids + r.out], device=dev)
+                self._emit([r], model(ids, cache=self.cache.batch([r.id]), last_only=True)[:, -1], outs)
+            return
+        for group in prefill_groups([len(r.prompt_ids) + len(r.out) for r in reqs]):
+            rs = [reqs[i] for i in group]
+            ids, pad = left_pad([r.prompt_ids + r.out for r in rs])       # (G, P) as static batching does
+            scratch = KVCache.for_model(model, len(rs), ids.shape[1])      # a contiguous cache for this pass only
+            logits = forward_rows(model, ids.to(dev), scratch, pad, last_only=True)[:, -1]   # (G, V)
+            for b, r in enumerate(rs):                                     # each row's keys/values, padding dropped, into its blocks
+                self.cache.store(r.id, scratch.k[:, b, :, int(pad[b]):], scratch.v[:, b, :, int(pad[b]):])
+            self._emit(rs, logits, outs)
 
     def _emit(self, reqs:list[Request], logits:torch.Tensor, outs:dict):
         nxt, lp = pick_rows(reqs, logits)
