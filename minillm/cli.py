@@ -117,7 +117,7 @@ def serve_cli(
     host:str='127.0.0.1',                           # Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)
     port:int=8000,                                  # Port to listen on (0: any free port)
     max_batch_size:int=16,                          # Requests the engine decodes together
-    api_key:str=None,                               # Require 'Authorization: Bearer KEY' (default: $MINILLM_API_KEY if set, else none)
+    api_key:str=None,                               # Require 'Authorization: Bearer KEY' (default: environment variable MINILLM_API_KEY, else none)
     max_tokens:int=1024,                            # Upper limit on a request's max_tokens
     served_model_name:str=None,                     # The model name clients send (default: the model's own name)
     quiet:store_true=False,                         # Log warnings and errors only (no access log, no progress bar)

@@ -36,9 +36,11 @@ class APIError(Exception):
     def response(self) -> JSONResponse: return JSONResponse(self.body(), status_code=self.status)
 
 class _Body(BaseModel):
+    "A request body (or part of one): unknown fields and wrong types are refused."
     model_config = ConfigDict(extra='forbid', strict=True)    # unknown fields and wrong types are errors, not guesses
 
 class StreamOptions(_Body):
+    "`stream_options` of a request: `include_usage` asks for a last chunk with the token counts."
     include_usage: bool = False                               # a last chunk with `usage` (and no choices)
 
 class _Sampling(_Body):
@@ -71,6 +73,7 @@ class CompletionRequest(_Sampling):
     best_of: int | None = Field(None, ge=1)
 
 class ChatMessage(_Body):
+    "One chat message: a role and text content (a string, or a list of text parts)."
     role: Literal['system', 'developer', 'user', 'assistant']
     content: str | list[dict]
     name: str | None = None
