@@ -14,6 +14,7 @@ from .kvcache import *
 from .beam import *
 from .speculative import *
 from .batching import *
+from .serving import *
 from .fast import *
-from . import model as _model, weights as _weights, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, speculative as _speculative, batching as _batching, fast as _fast
-__all__ = [n for m in (_model, _weights, _loop, _sampling, _kvcache, _beam, _speculative, _batching, _fast) for n in m.__all__]   # the union of every chapter's API
+from . import model as _model, weights as _weights, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, speculative as _speculative, batching as _batching, serving as _serving, fast as _fast
+__all__ = [n for m in (_model, _weights, _loop, _sampling, _kvcache, _beam, _speculative, _batching, _serving, _fast) for n in m.__all__]   # the union of every chapter's API
