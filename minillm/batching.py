@@ -588,6 +588,7 @@ class Engine:
         now = time.perf_counter()
         for b, (r, t) in enumerate(zip(reqs, nxt)):
             piece = r.add(t, lp[b])
+            if r.finished: piece += r.asm.flush()                          # the text held back for a possible stop string, now final
             if r.t_first is None: r.t_first = now
             outs[r.id] = StepOutput(r.id, [t], piece, r.finished, r.finish_reason)
 

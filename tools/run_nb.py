@@ -7,7 +7,7 @@ Usage: python tools/run_nb.py nbs/03_sampling.ipynb [more.ipynb] [--skip "slow g
 Cells flagged with a word in --skip (default: `slow gpu`, the benchmark and GPU cells) are not run and keep their
 saved outputs; --only runs the unflagged cells plus cells with these flags; --cells reruns just the named cell ids
 after running everything else that is unflagged (so their inputs exist); --only-cells runs just the named cells, after the
-notebook's definitions (`#| export`/`#| exporti` cells and unflagged `#| hide` set-up cells), and keeps every other cell's saved
+notebook's definitions (`#| export`/`#| exporti` cells, and the `#| hide` set-up cells before the first ordinary code cell), and keeps every other cell's saved
 outputs: the way to rerun a few benchmark cells without the minutes of tests around them. Runs in a real Jupyter kernel
 (nbclient). Stops at the first error and leaves the notebook unchanged. Run `nbdev_clean` afterwards.
 
@@ -115,13 +115,15 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600, on
     if only_cells is not None:
         unknown = only_cells - {c.get('id') for c in nb.cells}
         if unknown: print(f"FAIL  {path}: no cells with ids {sorted(unknown)}"); return False
+    setup = True                                                     # hidden set-up cells come before the first ordinary code cell
     for i, c in enumerate(nb.cells):
         if c.cell_type != 'code': continue
         f = cell_flags(c.source)
+        if not f & {'export', 'exporti', 'hide', 'default_exp'}: setup = False
         run_it = not (f & skip) and 'nbdev_export(' not in c.source
         if cells is not None and c.get('id') in cells: run_it = True
         if only_cells is not None:
-            definitions = bool(f & {'export', 'exporti'}) or ('hide' in f and not f & {'slow', 'gpu', 'hf'} and 'nbdev_export(' not in c.source)
+            definitions = bool(f & {'export', 'exporti'}) or (setup and 'hide' in f and not f & {'slow', 'gpu', 'hf'})
             run_it = c.get('id') in only_cells or definitions
             if run_it and c.get('id') not in only_cells: stash[i] = (c.source, c.outputs)   # runs, but keeps its saved outputs
         if not run_it: stash[i] = (c.source, c.outputs); c.source = ''   # kept as saved
