@@ -9,13 +9,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .model import Attention, MLP, Transformer, apply_rope_fast
+from .model import Transformer, linear
 from .weights import LLM
 from .loop import encode_prompt
 import minillm.kvcache   # its `LLM.new_cache`; we only add to `LLM` below
 
 # %% auto #0
-__all__ = ['CALIBRATION_TEXT', 'FORMATS', 'step_bytes_flops', 'quantize_int8', 'int_mm', 'Int8Linear', 'linear', 'input_absmax',
+__all__ = ['CALIBRATION_TEXT', 'FORMATS', 'step_bytes_flops', 'quantize_int8', 'int_mm', 'Int8Linear', 'input_absmax',
            'smooth_model', 'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1', 'quantize_model', 'perplexity',
            'first_difference', 'read_bandwidth', 'step_profile', 'format_bench']
 
@@ -79,34 +79,6 @@ class Int8Linear(nn.Module):
         return y.view(*shape[:-1], -1).to(dt)
 
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
-# %% ../nbs/09_fast.ipynb #7bf4d064
-def linear(mod:nn.Module, x:torch.Tensor) -> torch.Tensor:
-    "`mod(x)` for any linear layer, as a plain `F.linear` call (no module-call overhead) when `mod` is an `nn.Linear`."
-    return F.linear(x, mod.weight, mod.bias) if type(mod) is nn.Linear else mod(x)
-
-_plain_attention_forward, _plain_mlp_forward = Attention.forward, MLP.forward   # chapter 00's, kept for the tests
-
-@patch
-def forward(self:Attention, x, cos, sin, cache=None, mask=None):  # x: (B, T, C); cos, sin: (B, 1, T, D) from rope_tables
-    B, T, _ = x.shape
-    H, H_kv = self.H, self.H_kv
-    qkv = linear(self.qkv_proj, x)                                           # (B, T, (H + 2 H_kv) D)
-    qkv = qkv.view(B, T, H + 2 * H_kv, self.D).transpose(1, 2)              # (B, H + 2 H_kv, T, D)
-    qk = apply_rope_fast(qkv[:, :H + H_kv], cos, sin)                        # rotate queries and keys together
-    q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + H_kv:]
-    if cache is not None:
-        k, v, cmask = cache.update(self.layer_idx, k, v)                     # (B, H_kv, S, D)
-        if mask is None: mask = cmask
-    gqa = H != H_kv
-    if mask is None and cache is None: y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
-    else: y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-    return linear(self.o_proj, y.transpose(1, 2).reshape(B, T, H * self.D))
-
-@patch
-def forward(self:MLP, x):
-    gate, up = linear(self.gate_up_proj, x).chunk(2, dim=-1)                 # (..., hidden_dim) each
-    return linear(self.down_proj, F.silu(gate) * up)
 
 # %% ../nbs/09_fast.ipynb #ca4e7f96
 CALIBRATION_TEXT = """Call me Ishmael. Some years ago -- never mind how long precisely -- having little or no money in my purse, and nothing particular to interest me on shore, I thought I would sail about a little and see the watery part of the world. It is a way I have of driving off the spleen and regulating the circulation. Whenever I find myself growing grim about the mouth; whenever it is a damp, drizzly November in my soul; whenever I find myself involuntarily pausing before coffin warehouses, and bringing up the rear of every funeral I meet; and especially whenever my hypos get such an upper hand of me, that it requires a strong moral principle to prevent me from deliberately stepping into the street, and methodically knocking people's hats off -- then, I account it high time to get to sea as soon as I can. This is my substitute for pistol and ball. With a philosophical flourish Cato throws himself upon his sword; I quietly take to the ship. There is nothing surprising in this. If they but knew it, almost all men in their degree, some time or other, cherish very nearly the same feelings towards the ocean with me."""
