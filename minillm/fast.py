@@ -13,6 +13,7 @@ from .model import Transformer, linear
 from .weights import LLM
 from .loop import encode_prompt
 from .sampling import FrameView, control_style
+import minillm.beam      # `LLM.beam_search`, which compiled models run and `format_bench` times
 from .kvcache import KVCache   # and its `LLM.new_cache`, which compiled models upgrade below
 
 # %% auto #0
@@ -252,6 +253,10 @@ def quantize_model(model:Transformer, fmt:str|torch.dtype, inplace:bool=False, c
 
 def _calib(llm, smooth): return None if smooth is None else torch.tensor([llm.tokenizer.encode(CALIBRATION_TEXT)])
 
+COMPILE_MODES = (None, 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')   # torch.compile's modes
+
+def _base(model): return model if isinstance(model, Transformer) else model.model   # the Transformer inside a compiled model
+
 def _compile_mode(compile):
     "The torch.compile mode asked for by `compile` (True: the default mode), or False for eager."
     if compile is False or compile is None: return False
@@ -327,8 +332,6 @@ def static_step(model:Transformer, ids:torch.Tensor, pos:torch.Tensor, k:torch.T
     mask = (torch.arange(k.shape[3], device=ids.device) <= pos[..., None])[:, None]   # (B, 1, T, S_max): slot s visible from position p when s <= p
     return model(ids, cache=_StaticView(k, v, pos, mask), pos=pos, last_only=True)
 
-COMPILE_MODES = (None, 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
-
 class CompiledDecoder(nn.Module):
     "A `Transformer` whose one-token steps on a `StaticKVCache` run through `torch.compile` (static shapes); every other call runs the eager model."
     def __init__(self, model:Transformer, mode:str|None=None):
@@ -350,8 +353,6 @@ class CompiledDecoder(nn.Module):
             cache.advance(1)
             return logits
         return self.model(ids, cache, pos, mask, last_only)
-
-def _base(model): return model.model if isinstance(model, CompiledDecoder) else model
 
 @patch
 def new_cache(self:LLM, batch_size:int, max_len:int) -> KVCache:
