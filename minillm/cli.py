@@ -98,15 +98,19 @@ def bench_cli(
     reps:int=3,                                     # Runs per system (best is reported)
     model:str=None,                                 # A .gguf file or Hugging Face folder (default: embedded model)
     dtype:str=None,                                 # Also time minillm in this form: float32, bfloat16, int8, q8_0, q4_0, q4_1 (chapter 09)
+    compile:store_true=False,                       # Also time the form compiled with torch.compile (chapter 09; the first run compiles for minutes)
+    num_beams:int=1,                                # With --dtype or --compile: also time beam search with this many beams
 ):
     "Greedy decoding speed of minillm against Hugging Face transformers on the same weights, in the same run."
     if not hasattr(mall, 'bench'):
         print("error: the benchmark needs the KV cache chapter (minillm.kvcache.bench)", file=sys.stderr); sys.exit(2)
     try:
-        if dtype is not None:                       # minillm float32 and in `dtype`, transformers float32 and bfloat16
-            fmt = mall.check_format(dtype)
+        if dtype is not None or compile or num_beams != 1:  # minillm float32 and in `dtype`, transformers float32 and bfloat16
+            fmt = mall.check_format(dtype or 'float32')
+            if not isinstance(num_beams, int) or num_beams < 1: raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
             llm = mall.LLM.load(model, progress=False)
-            mall.format_bench(llm, ('float32',) if fmt == 'float32' else ('float32', fmt), max_new_tokens=max_new_tokens, reps=reps)
+            mall.format_bench(llm, ('float32',) if fmt == 'float32' else ('float32', fmt), compiled=(fmt,) if compile else (),
+                              num_beams=num_beams if num_beams > 1 else 0, max_new_tokens=max_new_tokens, reps=reps)
         else: mall.bench(max_new_tokens=max_new_tokens, reps=reps, model=model)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)

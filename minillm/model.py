@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['ModelConfig', 'RMSNorm', 'rope_cos_sin', 'rotate_half', 'apply_rope', 'rope_tables', 'apply_rope_fast',
-           'stacked_names', 'Attention', 'MLP', 'Block', 'Transformer']
+           'stacked_names', 'linear', 'Attention', 'MLP', 'Block', 'Transformer']
 
 # %% ../nbs/00_model.ipynb #74063e22
 @dataclass
@@ -108,6 +108,11 @@ def stacked_names(module:nn.Module, stacked:str, parts:tuple[str, ...], sizes:tu
     module.register_state_dict_post_hook(partial(_save_stacked, stacked=stacked, parts=parts, sizes=sizes))
     module.register_load_state_dict_pre_hook(partial(_load_stacked, stacked=stacked, parts=parts))
 
+# %% ../nbs/00_model.ipynb #5a1e0c02
+def linear(mod:nn.Module, x:torch.Tensor) -> torch.Tensor:
+    "`mod(x)` for a linear layer: a direct `F.linear` call (no module-call overhead) for a plain `nn.Linear`, its own forward for any other module."
+    return F.linear(x, mod.weight, mod.bias) if type(mod) is nn.Linear else mod(x)
+
 # %% ../nbs/00_model.ipynb #f4914025
 class Attention(nn.Module):
     "Causal grouped-query self-attention with rotary embeddings and an optional KV cache."
@@ -122,7 +127,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache=None, mask=None):  # x: (B, T, C); cos, sin: (B, 1, T, D) from rope_tables
         B, T, _ = x.shape
         H, H_kv = self.H, self.H_kv
-        qkv = F.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)              # (B, T, (H + 2 H_kv) D)
+        qkv = linear(self.qkv_proj, x)                                           # (B, T, (H + 2 H_kv) D)
         qkv = qkv.view(B, T, H + 2 * H_kv, self.D).transpose(1, 2)              # (B, H + 2 H_kv, T, D)
         qk = apply_rope_fast(qkv[:, :H + H_kv], cos, sin)                        # rotate queries and keys together
         q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + H_kv:]                        # (B, H, T, D), (B, H_kv, T, D) x 2
@@ -134,7 +139,7 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
         else:                                # mask: (B, 1, T, S) bool, or None when every key is visible
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-        return F.linear(y.transpose(1, 2).reshape(B, T, H * self.D), self.o_proj.weight)
+        return linear(self.o_proj, y.transpose(1, 2).reshape(B, T, H * self.D))
 
 # %% ../nbs/00_model.ipynb #8c8e5a16
 class MLP(nn.Module):
@@ -146,8 +151,8 @@ class MLP(nn.Module):
         stacked_names(self, 'gate_up_proj', ('gate_proj', 'up_proj'), (cfg.hidden_dim, cfg.hidden_dim))
 
     def forward(self, x):
-        gate, up = F.linear(x, self.gate_up_proj.weight).chunk(2, dim=-1)        # (..., hidden_dim) each
-        return F.linear(F.silu(gate) * up, self.down_proj.weight)
+        gate, up = linear(self.gate_up_proj, x).chunk(2, dim=-1)                 # (..., hidden_dim) each
+        return linear(self.down_proj, F.silu(gate) * up)
 
 class Block(nn.Module):
     "One pre-norm transformer block: attention then MLP, each added to the residual stream."
@@ -191,5 +196,5 @@ class Transformer(nn.Module):
         if cache is not None: cache.advance(T)
         if last_only: x = x[:, -1:]
         x = self.norm(x)
-        w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, w).float()                                      # (B, T, V)
+        logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else linear(self.lm_head, x)
+        return logits.float()                                              # (B, T, V)
