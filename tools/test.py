@@ -10,14 +10,18 @@ The README's test command runs `--flags hf`: the checks against Hugging Face tra
 Threads: with several notebooks running at once, each worker gets one torch (OpenMP) thread unless
 OMP_NUM_THREADS is set. Two notebooks with two threads each on two cores make every OpenMP barrier wait
 for a descheduled thread: measured on the CI machine's kind (2 cores), one decode loop ran at 3.6 tok/s
-with 2 x 2 threads against 17.9 tok/s with 2 x 1 (and 18.2 alone), and the whole suite took 3921 s.
-The heaviest notebooks are started first so that the two workers finish together.
+with 2 x 2 threads against 17.9 tok/s with 2 x 1 (and 18.2 alone), and the whole suite took 3921 s (591 s with one thread each).
+The heaviest notebooks are started first so that the two workers finish together, and every notebook
+runs in a fresh process, as it does for a reader: the methods one chapter patches onto a class must not
+leak into the tests of the next (they did: 90_all failed after 09_fast had run in the same worker).
 """
-import argparse, os, sys, time
+import argparse, multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
-# notebooks by their test time, longest first (measured with 2 workers; others follow by name)
-HEAVY_FIRST = ['06_speculative', '07_batching', '05_beam', '02_loop', '09_fast', '03_sampling', 'index', '04_kvcache', '91_cli', '08_serving']
+# notebooks by their test time, longest first (measured with 2 workers of 1 thread: 316 s for 09 down to 12 s for index; others follow by name)
+HEAVY_FIRST = ['09_fast', '06_speculative', '07_batching', '02_loop', '05_beam', '08_serving', '91_cli', '03_sampling', '01_weights', '04_kvcache', 'index']
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,7 +32,6 @@ def main():
     from nbdev.config import get_config
     from nbdev.test import test_nb
     from nbdev.doclinks import nbglob
-    from fastcore.parallel import parallel
     from fastcore.xtras import working_directory
     cfg = get_config()
     files = sorted(f.absolute() for f in nbglob(a.path, as_path=True) if not f.name.startswith('_'))
@@ -41,9 +44,12 @@ def main():
         print(f"{len(files)} notebooks, {n} at a time, {os.environ['OMP_NUM_THREADS']} torch thread(s) each", flush=True)
     files.sort(key=lambda f: HEAVY_FIRST.index(f.stem) if f.stem in HEAVY_FIRST else len(HEAVY_FIRST))   # stable: the rest by name
     t0 = time.time()
+    run = partial(test_nb, skip_flags=skip, force_flags=force, basepath=cfg.config_path, do_print=False)
     with working_directory(cfg.nbs_path):
-        res = parallel(test_nb, files, skip_flags=skip, force_flags=force, n_workers=n if len(files) > 1 else 0,
-                       basepath=cfg.config_path, pause=0.5, do_print=False)
+        if len(files) == 1: res = [run(files[0])]
+        else:   # a fresh process per notebook: a notebook's @patch-ed methods must not leak into the next one's tests
+            with ProcessPoolExecutor(max(n, 1), mp_context=multiprocessing.get_context('spawn'), max_tasks_per_child=1) as ex:
+                res = list(ex.map(run, files))
     passed = [f for f, (ok, _) in zip(files, res) if ok]
     failed = [f for f, (ok, _) in zip(files, res) if not ok]
     for f, (ok, t) in sorted(zip(files, res)): print(f"{'PASS' if ok else 'FAIL'}  {f.name:28} {t:6.1f} s")
