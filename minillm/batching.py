@@ -13,34 +13,18 @@ from torch.overrides import TorchFunctionMode
 from fastcore.basics import patch
 from .model import Transformer
 from .weights import LLM
-from .loop import Generation, TextAssembler, encode_prompt
+from .loop import Generation, TextAssembler, encode_prompt, machine_info
 from .sampling import SamplingParams, sample, resolve_params, process_logits
 from .kvcache import KVCache
 from .speculative import make_draft, process_rows, accept_draft, accept_greedy, _history_free
 import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
 
 # %% auto #0
-__all__ = ['machine_info', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
-           'generate_batch', 'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch',
-           'cache_waste', 'StepOutput', 'prefill_groups', 'Engine', 'run_speculative_batch', 'Arrival',
-           'poisson_workload', 'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_metrics',
-           'serving_bench', 'plot_serving', 'serve_engine_steps', 'plot_timeline', 'schedule_stand_in',
-           'engine_explorer']
-
-# %% ../nbs/07_batching.ipynb #07c00102
-def machine_info() -> str:
-    "One line naming this machine's CPU, its cores, torch's threads and the vector instructions torch uses (AVX2, AVX512, AMX): every timing depends on them."
-    import os, platform
-    name, flags = platform.processor(), ''
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name') and not name.strip(): name = line.split(':', 1)[1].strip()
-                if line.startswith('flags'): flags = line; break
-    except OSError: pass
-    amx = ' with AMX' if 'amx_tile' in flags.split() else (', no AMX' if flags else '')
-    return (f"{name.strip() or 'unknown CPU'}: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
-            f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}{amx}")
+__all__ = ['left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch', 'generate_batch',
+           'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput',
+           'prefill_groups', 'Engine', 'run_speculative_batch', 'Arrival', 'poisson_workload', 'serve_one_at_a_time',
+           'serve_static', 'serve_engine', 'serving_metrics', 'serving_bench', 'plot_serving', 'serve_engine_steps',
+           'plot_timeline', 'schedule_stand_in', 'engine_explorer']
 
 # %% ../nbs/07_batching.ipynb #07c00021
 def left_pad(seqs:list[list[int]], pad_id:int=0) -> tuple[torch.Tensor, torch.Tensor]:

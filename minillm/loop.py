@@ -14,8 +14,9 @@ from .model import Transformer
 from .weights import LLM, Tokenizer
 
 # %% auto #0
-__all__ = ['greedy', 'encode_prompt', 'Step', 'Timer', 'prefill', 'decode_step', 'generate_steps', 'TextAssembler', 'Generation',
-           'check_stop', 'hold_back_stop_ids', 'run_generation']
+__all__ = ['CPU_FEATURES', 'greedy', 'encode_prompt', 'Step', 'Timer', 'prefill', 'decode_step', 'generate_steps',
+           'TextAssembler', 'Generation', 'check_stop', 'hold_back_stop_ids', 'run_generation', 'cpu_features',
+           'machine_info']
 
 # %% ../nbs/02_loop.ipynb #814f0e3d
 def greedy(logits:torch.Tensor, tokens:torch.Tensor|None=None) -> torch.Tensor:
@@ -240,3 +241,31 @@ def stream(self:LLM, prompt, max_new_tokens:int=128, temperature:float=0.0, stop
     "Yield the text of the continuation piece by piece as it is decoded (greedy in this chapter)."
     if temperature != 0: raise ValueError("temperature > 0 needs the sampling chapter: `import minillm.sampling` (or minillm.all)")
     return (yield from run_generation(self, prompt, max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos, use_cache=use_cache))
+
+# %% ../nbs/02_loop.ipynb #b2mach01
+CPU_FEATURES = {'AVX2': ('avx2',), 'AVX-512': ('avx512f',), 'AVX512-BF16': ('avx512_bf16',),
+                'VNNI': ('avx512_vnni', 'avx_vnni'), 'AMX': ('amx_tile',)}
+
+def cpu_features(flags:str|list[str]) -> dict[str, bool]:
+    "Which of the vector features in `CPU_FEATURES` a CPU has, from its flags (the `flags` line of `/proc/cpuinfo`, or a list)."
+    have = set(flags.replace('flags', ' ').replace(':', ' ').split() if isinstance(flags, str) else flags)
+    return {name: any(f in have for f in names) for name, names in CPU_FEATURES.items()}
+
+def machine_info() -> str:
+    "One line naming this machine's CPU, its cores, torch's threads and which of AVX2, AVX-512, AVX512-BF16, VNNI and AMX it has."
+    import os, platform
+    name, flags = '', None
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name') and not name: name = line.split(':', 1)[1].strip()
+                if line.startswith('flags') and flags is None: flags = line.split(':', 1)[1]
+    except OSError: pass
+    name = name or platform.processor() or 'unknown CPU'
+    if flags is None: feats = 'CPU flags unknown'
+    else:
+        f = cpu_features(flags)
+        feats = ', '.join(k for k, v in f.items() if v) or 'none of ' + '/'.join(f)
+        if missing := [k for k, v in f.items() if not v]: feats += '; no ' + ', '.join(missing)
+    return (f"{name}: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {feats} "
+            f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()})")

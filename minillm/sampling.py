@@ -13,7 +13,8 @@ import torch.nn.functional as F
 __all__ = ['temperature_scale', 'top_k_filter', 'top_p_filter', 'min_p_filter', 'typical_filter', 'repetition_penalty',
            'frequency_presence_penalty', 'no_repeat_ngram_filter', 'logit_bias', 'bad_words_filter',
            'min_new_tokens_filter', 'SamplingParams', 'process_logits', 'sample', 'next_token_logits', 'frame_png',
-           'control_style', 'FrameView', 'plot_candidates', 'sampling_explorer', 'make_picker', 'resolve_params']
+           'control_style', 'FrameView', 'plot_candidates', 'sampling_explorer', 'make_picker', 'resolve_params',
+           'sample_params']
 
 # %% ../nbs/03_sampling.ipynb #c3check1
 def _is_num(x): return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
@@ -269,6 +270,7 @@ class SamplingParams:
     stop: str | list | None = None   # stop strings (not included in the output)
     ignore_eos: bool = False         # keep going after the end-of-sequence token
     logprobs: int = 0                # top alternatives to report per token, >= 0
+    n: int = 1                       # independent samples of the prompt; sample i uses seed + i (seed None: each its own)
 
     def __post_init__(self):
         def bad(name, allowed): raise ValueError(f"SamplingParams.{name} must be {allowed}, got {getattr(self, name)!r}")
@@ -297,6 +299,7 @@ class SamplingParams:
         self.stop = list(self.stop)
         if not isinstance(self.ignore_eos, bool): bad('ignore_eos', 'True or False')
         if not _is_int(self.logprobs) or self.logprobs < 0: bad('logprobs', 'an integer >= 0 (number of top alternatives)')
+        if not _is_int(self.n) or self.n < 1: bad('n', 'an integer >= 1 (the number of samples to return)')
 
     @property
     def is_greedy(self) -> bool:
@@ -506,11 +509,16 @@ def resolve_params(params:SamplingParams|None=None, **kwargs) -> SamplingParams:
     if not isinstance(params, SamplingParams): raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
     return replace(params, **kwargs) if kwargs else params
 
+def sample_params(params:SamplingParams) -> list[SamplingParams]:
+    "The `params.n` single-sample settings that `n` stands for: sample i gets seed `seed + i` (each its own fresh seed when `seed` is None)."
+    return [replace(params, n=1, seed=None if params.seed is None else params.seed + i) for i in range(params.n)]
+
 @patch
 def generate(self:LLM, prompt, max_new_tokens:int|None=None, params:SamplingParams|None=None, *, use_cache:bool=True, **kwargs) -> Generation:
-    "Generate a continuation of `prompt`; sampling settings as `SamplingParams` fields (keywords) or `params`."
+    "Generate a continuation of `prompt`; sampling settings as `SamplingParams` fields (keywords) or `params`. With `n` > 1, a list of `n` `Generation`s."
     if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
     p = resolve_params(params, **kwargs)
+    if p.n > 1: return [self.generate(prompt, params=q, use_cache=use_cache) for q in sample_params(p)]
     eos = () if p.ignore_eos else self.tokenizer.stop_token_ids
     gen = run_generation(self, prompt, max_new_tokens=p.max_new_tokens, pick=make_picker(p, self.device, eos), stop=p.stop,
                          ignore_eos=p.ignore_eos, use_cache=use_cache, top_logprobs=p.logprobs, min_new_tokens=p.min_new_tokens)
@@ -523,6 +531,7 @@ def stream(self:LLM, prompt, max_new_tokens:int|None=None, params:SamplingParams
     "Yield the continuation's text piece by piece (returns the `Generation`); same arguments as `generate`."
     if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
     p = resolve_params(params, **kwargs)
+    if p.n > 1: raise ValueError(f"stream returns one sample; got n={p.n} (use generate for several samples)")
     eos = () if p.ignore_eos else self.tokenizer.stop_token_ids
     return (yield from run_generation(self, prompt, max_new_tokens=p.max_new_tokens, pick=make_picker(p, self.device, eos), stop=p.stop,
                                       ignore_eos=p.ignore_eos, use_cache=use_cache, top_logprobs=p.logprobs,
