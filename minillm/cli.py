@@ -124,9 +124,12 @@ def serve_cli(
     api_key:str=None,                               # Require 'Authorization: Bearer KEY' (default: environment variable MINILLM_API_KEY, else none)
     max_tokens:int=1024,                            # Upper limit on a request's max_tokens
     served_model_name:str=None,                     # The model name clients send (default: the model's own name)
+    allowed_hosts:str=None,                         # Comma-separated Host names to accept besides loopback ones ('*': any), e.g. for a reverse proxy
     quiet:store_true=False,                         # Log warnings and errors only (no access log, no progress bar)
 ):
-    "Serve the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, /health) from a language model until Ctrl-C."
-    try: mall.serve(model, host, port, max_batch_size, api_key, max_tokens, served_model_name, 'warning' if quiet else 'info')
+    "Serve the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, /health) from a language model until Ctrl-C or SIGTERM."
+    hosts = None if allowed_hosts is None else [h.strip() for h in allowed_hosts.split(',') if h.strip()]
+    try: mall.serve(model, host, port, max_batch_size, api_key, max_tokens, served_model_name, 'warning' if quiet else 'info', hosts)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
+    except KeyboardInterrupt: print("minillm: stopped (SIGINT)", file=sys.stderr)   # Ctrl-C before the server was up (while the model loaded)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_serving.ipynb #08c00002
 from __future__ import annotations
-import asyncio, json, math, os, secrets, socket, sys, threading, time, uuid
+import asyncio, contextlib, ipaddress, json, logging, math, os, secrets, signal, socket, sys, threading, time, uuid
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -13,17 +13,21 @@ import anyio
 import uvicorn
 from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastcore.basics import patch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.server import HANDLED_SIGNALS
 from .weights import LLM
 from .loop import encode_prompt
-from .sampling import SamplingParams
+from .sampling import SamplingParams, sample_params
 from .batching import Engine
 
 # %% auto #0
 __all__ = ['APIError', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'parse_body',
-           'to_sampling_params', 'Delta', 'EngineWorker', 'token_bytes', 'EventStream', 'make_app', 'Server', 'serve',
-           'closed_loop_engine', 'closed_loop_http', 'serve_bench', 'plot_serve_bench']
+           'to_sampling_params', 'Delta', 'EngineWorker', 'token_bytes', 'EventStream', 'check_content_type',
+           'host_allowed', 'Guard', 'Endpoints', 'make_app', 'Server', 'serve', 'closed_loop_engine',
+           'closed_loop_http', 'serve_bench', 'plot_serve_bench']
 
 # %% ../nbs/08_serving.ipynb #08c00021
 class APIError(Exception):
@@ -114,8 +118,8 @@ def parse_body(model:type[BaseModel], body:bytes|str) -> BaseModel:
         raise APIError(f"{'.'.join(loc)}: {err['msg']}, got {_short(err.get('input'))}", param=name) from None
 
 # %% ../nbs/08_serving.ipynb #08c00027
-def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int, choice:int=0) -> SamplingParams:
-    "The `SamplingParams` of choice number `choice` of a validated request (OpenAI/vLLM names -> chapter 03's names)."
+def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> SamplingParams:
+    "The `SamplingParams` of a validated request, its `n` samples included (OpenAI/vLLM names -> chapter 03's names)."
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > 4 or not all(stop): raise APIError(f"stop must be at most 4 non-empty strings, got {_short(req.stop)}", param='stop')
     if req.min_tokens > max_tokens:
@@ -137,7 +141,7 @@ def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int, choice:int
         return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=max(req.top_k, 0), min_p=req.min_p,
                               repetition_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
                               presence_penalty=req.presence_penalty, logit_bias=bias,
-                              seed=None if req.seed is None else (req.seed + choice) % 2**64,
+                              seed=req.seed, n=req.n,
                               max_new_tokens=max_tokens, min_new_tokens=req.min_tokens, stop=stop,
                               ignore_eos=req.ignore_eos, logprobs=top)
     except ValueError as e: raise APIError(str(e)) from None
@@ -179,22 +183,25 @@ class EngineWorker:
         self.engine, self.max_log = engine, max_log
         self._inbox, self._cv = deque(), threading.Condition()
         self._live = {}                                                 # request id -> _Handle
-        self._thread, self._stopping = None, False
+        self._thread, self._stopping, self.accepting = None, False, True
         self.counts = dict(submitted=0, rejected=0, finished=0, cancelled=0, failed=0)
 
     @property
     def alive(self) -> bool: return self._thread is not None and self._thread.is_alive()
+    @property
+    def live(self) -> int: return len(self._live)                       # requests submitted and not yet released
 
     def start(self) -> EngineWorker:
         "Start the engine thread (once)."
         if not self.alive:
-            self._stopping = False
+            self._stopping, self.accepting = False, True
             self._thread = threading.Thread(target=self._run, name='minillm-engine', daemon=True)
             self._thread.start()
         return self
 
     def stop(self, timeout:float=30.0):
         "Fail whatever is still running (503), cancel it, and end the thread."
+        self.accepting = False
         if not self.alive: return
         with self._cv: self._stopping = True; self._cv.notify()
         self._thread.join(timeout)
@@ -204,7 +211,7 @@ class EngineWorker:
 
     async def submit(self, prompt, params:SamplingParams, queue:asyncio.Queue, index:int=0) -> _Handle:
         "Queue `prompt` with `params`; its `Delta`s will arrive in `queue`. Raises the engine's ValueError for a bad request."
-        if not self.alive: raise APIError("the engine is not running", 503, 'server_error')
+        if not (self.alive and self.accepting): raise APIError("the server is shutting down or its engine is not running", 503, 'server_error')
         h = _Handle(asyncio.get_running_loop(), queue, index)
         self._post(('submit', h, prompt, params))
         try: await h.accepted
@@ -221,78 +228,94 @@ class EngineWorker:
         self._post(('call', fn, f))
         return f.result(timeout)
 
-    def _run(self):
-        eng = self.engine
-        while True:
-            with self._cv:
-                while not (self._inbox or self._stopping or eng.has_unfinished()): self._cv.wait()
-                cmds, stopping = list(self._inbox), self._stopping
-                self._inbox.clear()
-            for c in cmds: self._command(c)
-            if stopping:
-                self._fail_all(APIError("the server is shutting down", 503, 'server_error'))
-                return
-            if not eng.has_unfinished(): continue
-            try: outs = eng.step()
-            except Exception as e:                                      # a fault in a step: fail this batch, keep serving
-                self._fail_all(APIError(f"the engine failed: {type(e).__name__}: {e}", 500, 'server_error'))
-                continue
-            for rid, o in outs.items(): self._deliver(rid, o.token_ids, o.text, o.finished)
-            if len(eng.log) > 2 * self.max_log: del eng.log[:-self.max_log]
 
-    def _command(self, c):
-        eng, kind = self.engine, c[0]
-        if kind == 'call':
-            _, fn, f = c
-            try: f.set_result(fn(eng))
-            except Exception as e: f.set_exception(e)
-        elif kind == 'submit':
-            _, h, prompt, params = c
-            try: rid = eng.submit(prompt, params)
-            except Exception as e:
-                self.counts['rejected'] += 1
-                h.resolve(error=e if isinstance(e, (ValueError, APIError)) else APIError(f"{type(e).__name__}: {e}", 500, 'server_error'))
-                return
-            self.counts['submitted'] += 1
-            h.rid, h.prompt_tokens = rid, len(eng.requests[rid].prompt_ids)
-            self._live[rid] = h
-            h.resolve(rid)
-            if eng.requests[rid].status == 'done': self._deliver(rid, [], '', True)   # nothing to generate
-        elif kind == 'release':
-            h = c[1]
-            rid = h.rid
-            if rid is None: return                                      # never accepted
-            self._live.pop(rid, None)
-            r = eng.requests.get(rid)
-            if r is not None and r.status != 'done':
-                eng.cancel(rid); self.counts['cancelled'] += 1
-            eng.requests.pop(rid, None); eng.results.pop(rid, None)
+# %% ../nbs/08_serving.ipynb #08c00032b
+@patch
+def _run(self:EngineWorker):
+    "The engine thread: sleep until there is work; carry out the inbox's commands; step once if a request is unfinished; repeat until stopped."
+    eng = self.engine
+    while True:
+        with self._cv:
+            while not (self._inbox or self._stopping or eng.has_unfinished()): self._cv.wait()
+            cmds, stopping = list(self._inbox), self._stopping
+            self._inbox.clear()
+        for c in cmds: self._command(c)
+        if stopping:
+            self._fail_all(APIError("the server is shutting down", 503, 'server_error'))
+            return
+        if not eng.has_unfinished(): continue
+        try: outs = eng.step()
+        except Exception as e:                                      # a fault in a step: fail this batch, keep serving
+            self._fail_all(APIError(f"the engine failed: {type(e).__name__}: {e}", 500, 'server_error'))
+            continue
+        for rid, o in outs.items(): self._deliver(rid, o.token_ids, o.text, o.finished)
+        if len(eng.log) > 2 * self.max_log: del eng.log[:-self.max_log]
 
-    def _deliver(self, rid, token_ids, text, finished):
-        h = self._live.get(rid)
-        if h is None or (not token_ids and not finished): return        # released, or preempted this step
-        r, n = self.engine.requests[rid], len(token_ids)
-        if finished:                                                     # the whole text, held-back characters included
-            final = self.engine.results[rid].text
-            text = final[len(h.sent):] if final.startswith(h.sent) else text
-            self.counts['finished'] += 1
-        h.sent += text
-        h.put(Delta(h.index, list(token_ids), text, r.logprobs[len(r.logprobs) - n:], r.tops[len(r.tops) - n:],
-                    r.finish_reason if finished else None))
 
-    def _fail_all(self, err:APIError):
-        eng = self.engine
-        for rid, h in list(self._live.items()):
-            h.put(err)
-            r = eng.requests.get(rid)
-            if r is not None and r.status != 'done': eng.cancel(rid)
-            self.counts['failed'] += 1
+# %% ../nbs/08_serving.ipynb #08c00032d
+@patch
+def _command(self:EngineWorker, c):
+    "Carry out one inbox command on the engine thread: ('call', fn, future), ('submit', handle, prompt, params) or ('release', handle)."
+    eng, kind = self.engine, c[0]
+    if kind == 'call':
+        _, fn, f = c
+        try: f.set_result(fn(eng))
+        except Exception as e: f.set_exception(e)
+    elif kind == 'submit':
+        _, h, prompt, params = c
+        try: rid = eng.submit(prompt, params)
+        except Exception as e:
+            self.counts['rejected'] += 1
+            h.resolve(error=e if isinstance(e, (ValueError, APIError)) else APIError(f"{type(e).__name__}: {e}", 500, 'server_error'))
+            return
+        self.counts['submitted'] += 1
+        h.rid, h.prompt_tokens = rid, len(eng.requests[rid].prompt_ids)
+        self._live[rid] = h
+        h.resolve(rid)
+        if eng.requests[rid].status == 'done': self._deliver(rid, [], '', True)   # nothing to generate
+    elif kind == 'release':
+        h = c[1]
+        rid = h.rid
+        if rid is None: return                                      # never accepted
+        self._live.pop(rid, None)
+        r = eng.requests.get(rid)
+        if r is not None and r.status != 'done':
+            eng.cancel(rid); self.counts['cancelled'] += 1
+        eng.requests.pop(rid, None); eng.results.pop(rid, None)
 
-    def state(self) -> dict:
-        "What the engine holds now (read on the engine thread): live requests, rows, queue, blocks and records."
-        return self.call(lambda e: dict(live=len(self._live), running=len(e.running), waiting=len(e.waiting),
-                                        used_blocks=e.cache.num_used_blocks, tables=len(e.cache.tables),
-                                        requests=len(e.requests), results=len(e.results)))
+
+# %% ../nbs/08_serving.ipynb #08c00032f
+@patch
+def _deliver(self:EngineWorker, rid, token_ids, text, finished):
+    "Put request `rid`'s new tokens in its queue as a `Delta` (the rest of the final text when it has finished)."
+    h = self._live.get(rid)
+    if h is None or (not token_ids and not finished): return        # released, or preempted this step
+    r, n = self.engine.requests[rid], len(token_ids)
+    if finished:                                                     # the whole text, held-back characters included
+        final = self.engine.results[rid].text
+        text = final[len(h.sent):] if final.startswith(h.sent) else text
+        self.counts['finished'] += 1
+    h.sent += text
+    h.put(Delta(h.index, list(token_ids), text, r.logprobs[len(r.logprobs) - n:], r.tops[len(r.tops) - n:],
+                r.finish_reason if finished else None))
+
+@patch
+def _fail_all(self:EngineWorker, err:APIError):
+    "Send `err` to every live request and cancel the ones still running."
+    eng = self.engine
+    for rid, h in list(self._live.items()):
+        h.put(err)
+        r = eng.requests.get(rid)
+        if r is not None and r.status != 'done': eng.cancel(rid)
+        self.counts['failed'] += 1
+
+@patch
+def state(self:EngineWorker) -> dict:
+    "What the engine holds now (read on the engine thread): live requests, rows, queue, blocks and records."
+    return self.call(lambda e: dict(live=len(self._live), running=len(e.running), waiting=len(e.waiting),
+                                    used_blocks=e.cache.num_used_blocks, tables=len(e.cache.tables),
+                                    requests=len(e.requests), results=len(e.results)))
+
 
 # %% ../nbs/08_serving.ipynb #08c00041
 _BYTE_DECODER = None
@@ -349,6 +372,8 @@ class EventStream(StreamingResponse):
             self.on_close()
             with anyio.CancelScope(shield=True): await self.body_iterator.aclose()
 
+_log = logging.getLogger('uvicorn.error')                             # uvicorn's own log, shown at the server's log level
+
 def _sse(obj) -> str: return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 async def _disconnected(request:HTTPRequest):
@@ -361,11 +386,56 @@ async def _read_body(request:HTTPRequest, limit:int) -> bytes:
     if n is not None and n.isdigit() and int(n) > limit:
         raise APIError(f"the request body is {n} bytes; this server accepts at most {limit}", 413, code='request_too_large')
     chunks, size = [], 0
-    async for c in request.stream():
-        size += len(c)
-        if size > limit: raise APIError(f"the request body exceeds this server's limit of {limit} bytes", 413, code='request_too_large')
-        chunks.append(c)
+    try:
+        async for c in request.stream():
+            size += len(c)
+            if size > limit: raise APIError(f"the request body exceeds this server's limit of {limit} bytes", 413, code='request_too_large')
+            chunks.append(c)
+    except ClientDisconnect:                                           # a hang-up: one line in the log, an answer nobody reads
+        _log.info("minillm: a client disconnected after %d bytes of its request body", size)
+        raise APIError("the client disconnected before its request body arrived", 499, code='client_closed_request') from None
     return b''.join(chunks)
+
+# %% ../nbs/08_serving.ipynb #08c00042g
+def check_content_type(request:HTTPRequest):
+    "Refuse (415) a request body that is not declared as JSON: a browser may send `text/plain` across origins without asking first."
+    ct = request.headers.get('content-type')
+    if ct is None or ct.split(';')[0].strip().lower() != 'application/json':
+        raise APIError(f"the request body must be JSON, sent with the header 'Content-Type: application/json'; got "
+                       f"{'no Content-Type' if ct is None else repr(ct)}", 415, code='unsupported_media_type')
+
+def _loopback(addr) -> bool:
+    try: return ipaddress.ip_address(str(addr).strip('[]')).is_loopback
+    except ValueError: return False
+
+def host_allowed(host:str|None, allowed_hosts=()) -> bool:
+    "Is `host` (a Host header: a name or address, with an optional port) a loopback name or address, or in `allowed_hosts` ('*': any)?"
+    if '*' in allowed_hosts: return True
+    h = (host or '').strip().lower()
+    if h.startswith('['): h = h[1:h.index(']')] if ']' in h else h   # [::1]:8000
+    elif h.count(':') == 1: h = h.split(':')[0]                        # name:port or 1.2.3.4:port
+    return bool(h) and (h == 'localhost' or h in {a.lower() for a in allowed_hosts} or _loopback(h))
+
+class Guard:
+    "ASGI middleware: a request that arrives on a loopback address must name a loopback `Host` (or one of `allowed_hosts`), else 403; a hang-up or a shutdown is logged in one line, not as an error."
+    def __init__(self, app, allowed_hosts=None):
+        if allowed_hosts is not None and (isinstance(allowed_hosts, str) or not all(isinstance(a, str) and a for a in allowed_hosts)):
+            raise ValueError(f"allowed_hosts must be a list of host names (or ['*'] for any), got {allowed_hosts!r}")
+        self.app, self.allowed = app, tuple(allowed_hosts or ())
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] != 'http': return await self.app(scope, receive, send)
+        host = dict(scope['headers']).get(b'host', b'').decode('latin-1')
+        if _loopback((scope.get('server') or ('',))[0]) and not host_allowed(host, self.allowed):
+            _log.warning("minillm: refused a request for Host %r on a loopback address (allow it with --allowed-hosts)", host)
+            e = APIError(f"the Host header {host!r} is not a loopback name or address, and this server, listening on a loopback address, "
+                         "allows no other (start it with allowed_hosts / --allowed-hosts to allow one)", 403, 'invalid_request_error', code='host_not_allowed')
+            return await e.response()(scope, receive, send)
+        try: await self.app(scope, receive, send)
+        except ClientDisconnect: _log.info("minillm: a client disconnected during %s %s", scope['method'], scope['path'])
+        except asyncio.CancelledError:                                   # uvicorn cancels what is left when its shutdown time is up
+            _log.warning("minillm: %s %s cancelled at shutdown", scope['method'], scope['path'])
+
 
 # %% ../nbs/08_serving.ipynb #08c00043
 def _chat_messages(req:ChatCompletionRequest) -> list[dict]:
@@ -380,13 +450,166 @@ def _chat_messages(req:ChatCompletionRequest) -> list[dict]:
         out.append({'role': 'system' if m.role == 'developer' else m.role, 'content': c})
     return out
 
+def _usage(prompt_tokens:int, completion_tokens:int) -> dict:
+    return dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+
+class Endpoints:
+    "The OpenAI API on `worker`'s engine, one method per stage of a request; `make_app` routes the paths to it."
+    def __init__(self, worker:EngineWorker, model_name:str|None=None, api_key:str|None=None, max_tokens:int=1024,
+                 max_body_bytes:int=1 << 20, max_choices:int=64):
+        for name, v in (('max_tokens', max_tokens), ('max_body_bytes', max_body_bytes), ('max_choices', max_choices)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"make_app: {name} must be an integer >= 1, got {v!r}")
+        self.worker, self.api_key, self.max_tokens, self.max_body_bytes, self.max_choices = worker, api_key, max_tokens, max_body_bytes, max_choices
+        self.llm = worker.engine.llm
+        self.name, self.ctx, self.created = model_name or self.llm.name, self.llm.config.max_seq_len, int(time.time())
+
+    def check_key(self, request:HTTPRequest):
+        "401 unless the server has no key or the request carries `Authorization: Bearer KEY` (compared in constant time)."
+        if self.api_key is None: return
+        auth = request.headers.get('authorization', '')
+        if not (auth[:7].lower() == 'bearer ' and secrets.compare_digest(auth[7:].strip().encode(), self.api_key.encode())):
+            raise APIError("missing or incorrect API key: send the header 'Authorization: Bearer <key>'", 401, code='invalid_api_key')
+
+    async def encode(self, prompt, param:str) -> list[int]:
+        "Token ids of a prompt or of chat messages (chat template), on a worker thread of the event loop; a 400 naming `param` when it does not fit."
+        try: return await anyio.to_thread.run_sync(encode_prompt, self.llm, prompt)
+        except ValueError as e:
+            code = 'context_length_exceeded' if 'context window' in str(e) else None
+            raise APIError(str(e), param=param, code=code) from None
+
+
+# %% ../nbs/08_serving.ipynb #08c00043p
+@patch
+async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
+    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams) per choice, and the prompt tokens for `usage`."
+    self.check_key(request)
+    check_content_type(request)
+    req = parse_body(kind, await _read_body(request, self.max_body_bytes))
+    if req.model != self.name:
+        raise APIError(f"the model {req.model!r} does not exist on this server; it serves {self.name!r} (GET /v1/models)", 404, param='model', code='model_not_found')
+    if req.stream_options is not None and not req.stream:
+        raise APIError("stream_options is only allowed with stream: true", param='stream_options')
+    if kind is ChatCompletionRequest:
+        prompts, param = [await self.encode(_chat_messages(req), 'messages')], 'messages'
+        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    else:
+        if req.echo or req.suffix is not None or req.best_of not in (None, req.n):
+            raise APIError("echo, suffix and best_of (other than best_of = n) are not supported by this server", param='echo' if req.echo else 'suffix' if req.suffix is not None else 'best_of')
+        p = req.prompt
+        many = isinstance(p, list) and len(p) > 0 and not isinstance(p[0], int)
+        if isinstance(p, list) and not p: raise APIError("prompt is empty", param='prompt')
+        prompts, param, asked = [await self.encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens
+    if asked is not None and asked > self.max_tokens:
+        raise APIError(f"max_tokens is {asked}, above this server's limit of {self.max_tokens}", param='max_tokens')
+    if len(prompts) * req.n > self.max_choices:
+        raise APIError(f"{len(prompts)} prompt(s) x n = {req.n} makes {len(prompts) * req.n} choices; this server allows at most {self.max_choices} per request", param='n')
+    jobs = []
+    for ids in prompts:
+        room = self.ctx - len(ids)
+        mt = asked if asked is not None else (16 if kind is CompletionRequest else min(self.max_tokens, room))
+        if mt > room:
+            raise APIError(f"this model's context window is {self.ctx} tokens, but the request needs {len(ids) + mt} "
+                           f"({len(ids)} in the prompt, {mt} for the completion); lower max_tokens or shorten the prompt",
+                           param=param, code='context_length_exceeded')
+        jobs += [(ids, q) for q in sample_params(to_sampling_params(req, mt, self.llm.config.vocab_size))]   # choice i: seed + i
+    return req, jobs, sum(len(ids) for ids in prompts)
+
+
+# %% ../nbs/08_serving.ipynb #08c00043s
+@patch
+async def submit_all(self:Endpoints, jobs) -> tuple[asyncio.Queue, list[_Handle]]:
+    "Submit every (prompt ids, params) job to the worker, choice i with index i, all answering into one queue; none is left running if one is refused."
+    q, hs = asyncio.Queue(), []
+    try:
+        for i, (ids, p) in enumerate(jobs): hs.append(await self.worker.submit(ids, p, q, i))
+    except BaseException as e:
+        for h in hs: self.worker.release(h)
+        if isinstance(e, ValueError): raise APIError(str(e)) from None
+        raise
+    return q, hs
+
+@patch
+def logprobs(self:Endpoints, chat:bool, d:Delta, offset:int=0) -> dict:
+    "The `logprobs` object of a choice's tokens: chat's list of `content` entries, or completions' parallel lists."
+    tok = self.llm.tokenizer
+    if chat: return dict(content=_logprob_content(tok, d.token_ids, d.logprobs, d.top_logprobs))
+    return _logprob_text(tok, d.token_ids, d.logprobs, d.top_logprobs, offset)
+
+@patch
+async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
+    "The server-sent events of a streaming request: a chunk per step per choice, an optional usage chunk, then [DONE]."
+    done, ntok, sent = 0, 0, [0] * len(hs)
+    if chat:
+        for h in hs: yield _sse(dict(head, choices=[dict(index=h.index, delta=dict(role='assistant', content=''), logprobs=None, finish_reason=None)]))
+    while done < len(hs):
+        d = await q.get()
+        if isinstance(d, Exception):
+            e = d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
+            yield _sse(e.body()); break
+        ntok += len(d.token_ids); done += d.finish_reason is not None
+        if not (d.text or d.finish_reason or want_lp): continue
+        lp = self.logprobs(chat, d, sent[d.index]) if want_lp else None
+        if chat: choice = dict(index=d.index, delta=dict(content=d.text) if d.text else {}, logprobs=lp, finish_reason=d.finish_reason)
+        else: choice = dict(index=d.index, text=d.text, logprobs=lp, finish_reason=d.finish_reason)
+        sent[d.index] += len(d.text)
+        yield _sse(dict(head, choices=[choice]))
+    else:
+        if req.stream_options is not None and req.stream_options.include_usage: yield _sse(dict(head, choices=[], usage=_usage(prompt_tokens, ntok)))
+    yield _sse('[DONE]')
+
+
+# %% ../nbs/08_serving.ipynb #08c00043a
+@patch
+async def answer(self:Endpoints, request:HTTPRequest, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
+    "Gather every choice's tokens and answer one JSON object; release the choices early (499) if the client disconnects first."
+    try:
+        acc = [dict(ids=[], text='', lps=[], tops=[], finish=None) for _ in hs]
+        async def gather():
+            left = len(hs)
+            while left:
+                d = await q.get()
+                if isinstance(d, Exception): raise d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
+                a = acc[d.index]
+                a['ids'] += d.token_ids; a['text'] += d.text; a['lps'] += d.logprobs; a['tops'] += d.top_logprobs
+                if d.finish_reason: a['finish'] = d.finish_reason; left -= 1
+        task, gone = asyncio.ensure_future(gather()), asyncio.ensure_future(_disconnected(request))
+        try: await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (task, gone):
+                if not t.done(): t.cancel()
+        if not task.done() or task.cancelled(): return JSONResponse({}, status_code=499)   # nobody is listening any more
+        task.result()
+    finally:
+        for h in hs: self.worker.release(h)
+    choices = []
+    for h, a in zip(hs, acc):
+        lp = self.logprobs(chat, Delta(h.index, a['ids'], a['text'], a['lps'], a['tops'])) if want_lp else None
+        if chat: choices.append(dict(index=h.index, message=dict(role='assistant', content=a['text']), logprobs=lp, finish_reason=a['finish']))
+        else: choices.append(dict(index=h.index, text=a['text'], logprobs=lp, finish_reason=a['finish']))
+    return dict(head, object='chat.completion' if chat else 'text_completion', choices=choices,
+                usage=_usage(prompt_tokens, sum(len(a['ids']) for a in acc)))
+
+@patch
+async def run(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
+    "Answer one completions or chat request: prepare it, submit its choices, then stream chunks or answer one JSON object."
+    req, jobs, prompt_tokens = await self.prepare(request, kind)
+    chat = kind is ChatCompletionRequest
+    head = dict(id=('chatcmpl-' if chat else 'cmpl-') + uuid.uuid4().hex, object='chat.completion.chunk' if chat else 'text_completion',
+                created=int(time.time()), model=self.name)
+    want_lp = bool(req.logprobs) if chat else req.logprobs is not None
+    q, hs = await self.submit_all(jobs)
+    if req.stream:
+        def close():
+            for h in hs: self.worker.release(h)
+        return EventStream(self.events(req, chat, head, want_lp, q, hs, prompt_tokens), close)
+    return await self.answer(request, chat, head, want_lp, q, hs, prompt_tokens)
+
+
+# %% ../nbs/08_serving.ipynb #08c00043m
 def make_app(worker:EngineWorker, model_name:str|None=None, api_key:str|None=None, max_tokens:int=1024,
-             max_body_bytes:int=1 << 20, max_choices:int=64) -> FastAPI:
+             max_body_bytes:int=1 << 20, max_choices:int=64, allowed_hosts:list[str]|None=None) -> FastAPI:
     "An OpenAI-compatible FastAPI app on `worker`'s engine: /v1/completions, /v1/chat/completions (both streaming), /v1/models, /health."
-    for name, v in (('max_tokens', max_tokens), ('max_body_bytes', max_body_bytes), ('max_choices', max_choices)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"make_app: {name} must be an integer >= 1, got {v!r}")
-    llm = worker.engine.llm
-    name, ctx, created = model_name or llm.name, llm.config.max_seq_len, int(time.time())
+    api = Endpoints(worker, model_name, api_key, max_tokens, max_body_bytes, max_choices)
 
     async def lifespan(app):
         worker.start()
@@ -394,7 +617,9 @@ def make_app(worker:EngineWorker, model_name:str|None=None, api_key:str|None=Non
         worker.stop()
 
     app = FastAPI(title='minillm', lifespan=lifespan)
-    app.state.worker = worker
+    app.state.worker, app.state.endpoints = worker, api
+    app.add_middleware(Guard, allowed_hosts=allowed_hosts)
+    Guard(None, allowed_hosts)                                        # a bad allowed_hosts fails here, not at the first request
 
     @app.exception_handler(APIError)
     async def _api_error(request, e:APIError): return e.response()
@@ -403,12 +628,6 @@ def make_app(worker:EngineWorker, model_name:str|None=None, api_key:str|None=Non
     async def _http_error(request, e):
         return APIError(str(e.detail), e.status_code, 'invalid_request_error' if e.status_code < 500 else 'server_error').response()
 
-    def check_key(request:HTTPRequest):
-        if api_key is None: return
-        auth = request.headers.get('authorization', '')
-        if not (auth[:7].lower() == 'bearer ' and secrets.compare_digest(auth[7:].strip().encode(), api_key.encode())):
-            raise APIError("missing or incorrect API key: send the header 'Authorization: Bearer <key>'", 401, code='invalid_api_key')
-
     @app.get('/health')
     async def health():
         if not worker.alive: raise APIError("the engine thread is not running", 503, 'server_error')
@@ -416,123 +635,17 @@ def make_app(worker:EngineWorker, model_name:str|None=None, api_key:str|None=Non
 
     @app.get('/v1/models')
     async def models(request:HTTPRequest):
-        check_key(request)
-        return {'object': 'list', 'data': [{'id': name, 'object': 'model', 'created': created, 'owned_by': 'minillm', 'max_model_len': ctx}]}
-
-    async def encode(prompt, param:str) -> list[int]:
-        try: return await anyio.to_thread.run_sync(encode_prompt, llm, prompt)
-        except ValueError as e:
-            code = 'context_length_exceeded' if 'context window' in str(e) else None
-            raise APIError(str(e), param=param, code=code) from None
-
-    async def prepare(request:HTTPRequest, kind:type[_Sampling]):
-        "Authenticate, read, validate; the request and (prompt ids, SamplingParams) per choice."
-        check_key(request)
-        req = parse_body(kind, await _read_body(request, max_body_bytes))
-        if req.model != name:
-            raise APIError(f"the model {req.model!r} does not exist on this server; it serves {name!r} (GET /v1/models)", 404, param='model', code='model_not_found')
-        if kind is ChatCompletionRequest:
-            prompts, param = [await encode(_chat_messages(req), 'messages')], 'messages'
-            asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        else:
-            if req.echo or req.suffix is not None or req.best_of not in (None, req.n):
-                raise APIError("echo, suffix and best_of (other than best_of = n) are not supported by this server", param='echo' if req.echo else 'suffix' if req.suffix is not None else 'best_of')
-            p = req.prompt
-            many = isinstance(p, list) and len(p) > 0 and not isinstance(p[0], int)
-            if isinstance(p, list) and not p: raise APIError("prompt is empty", param='prompt')
-            prompts, param, asked = [await encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens
-        if asked is not None and asked > max_tokens:
-            raise APIError(f"max_tokens is {asked}, above this server's limit of {max_tokens}", param='max_tokens')
-        if len(prompts) * req.n > max_choices:
-            raise APIError(f"{len(prompts)} prompt(s) x n = {req.n} makes {len(prompts) * req.n} choices; this server allows at most {max_choices} per request", param='n')
-        jobs = []
-        for ids in prompts:
-            room = ctx - len(ids)
-            mt = asked if asked is not None else (16 if kind is CompletionRequest else min(max_tokens, room))
-            if mt > room:
-                raise APIError(f"this model's context window is {ctx} tokens, but the request needs {len(ids) + mt} "
-                               f"({len(ids)} in the prompt, {mt} for the completion); lower max_tokens or shorten the prompt",
-                               param=param, code='context_length_exceeded')
-            jobs += [(ids, to_sampling_params(req, mt, llm.config.vocab_size, i)) for i in range(req.n)]
-        return req, jobs
-
-    async def submit_all(jobs):
-        q, hs = asyncio.Queue(), []
-        try:
-            for i, (ids, p) in enumerate(jobs): hs.append(await worker.submit(ids, p, q, i))
-        except BaseException as e:
-            for h in hs: worker.release(h)
-            if isinstance(e, ValueError): raise APIError(str(e)) from None
-            raise
-        return q, hs
-
-    async def run(request:HTTPRequest, kind):
-        req, jobs = await prepare(request, kind)
-        chat, rid, now = kind is ChatCompletionRequest, ('chatcmpl-' if kind is ChatCompletionRequest else 'cmpl-') + uuid.uuid4().hex, int(time.time())
-        want_lp = bool(req.logprobs) if chat else req.logprobs is not None
-        q, hs = await submit_all(jobs)
-        head = dict(id=rid, object='chat.completion.chunk' if chat else 'text_completion', created=now, model=name)
-        usage = lambda done: dict(prompt_tokens=sum(h.prompt_tokens for h in hs), completion_tokens=done,
-                                  total_tokens=sum(h.prompt_tokens for h in hs) + done)
-        def lp(d, offset=0):
-            if not want_lp: return None
-            if chat: return dict(content=_logprob_content(llm.tokenizer, d.token_ids, d.logprobs, d.top_logprobs))
-            return _logprob_text(llm.tokenizer, d.token_ids, d.logprobs, d.top_logprobs, offset)
-        if req.stream:
-            async def events():
-                done, ntok, sent = 0, 0, [0] * len(hs)
-                if chat:
-                    for h in hs: yield _sse(dict(head, choices=[dict(index=h.index, delta=dict(role='assistant', content=''), logprobs=None, finish_reason=None)]))
-                while done < len(hs):
-                    d = await q.get()
-                    if isinstance(d, Exception):
-                        e = d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
-                        yield _sse(e.body()); break
-                    ntok += len(d.token_ids); done += d.finish_reason is not None
-                    if not (d.text or d.finish_reason or want_lp): continue
-                    if chat: choice = dict(index=d.index, delta=dict(content=d.text) if d.text else {}, logprobs=lp(d), finish_reason=d.finish_reason)
-                    else: choice = dict(index=d.index, text=d.text, logprobs=lp(d, sent[d.index]), finish_reason=d.finish_reason)
-                    sent[d.index] += len(d.text)
-                    yield _sse(dict(head, choices=[choice]))
-                else:
-                    if req.stream_options is not None and req.stream_options.include_usage: yield _sse(dict(head, choices=[], usage=usage(ntok)))
-                yield _sse('[DONE]')
-            def close():
-                for h in hs: worker.release(h)
-            return EventStream(events(), close)
-        try:                                                           # one JSON answer, unless the client leaves first
-            acc = [dict(ids=[], text='', lps=[], tops=[], finish=None) for _ in hs]
-            async def gather():
-                left = len(hs)
-                while left:
-                    d = await q.get()
-                    if isinstance(d, Exception): raise d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
-                    a = acc[d.index]
-                    a['ids'] += d.token_ids; a['text'] += d.text; a['lps'] += d.logprobs; a['tops'] += d.top_logprobs
-                    if d.finish_reason: a['finish'] = d.finish_reason; left -= 1
-            task, gone = asyncio.ensure_future(gather()), asyncio.ensure_future(_disconnected(request))
-            try: await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for t in (task, gone):
-                    if not t.done(): t.cancel()
-            if not task.done() or task.cancelled(): return JSONResponse({}, status_code=499)   # nobody is listening any more
-            task.result()
-        finally:
-            for h in hs: worker.release(h)
-        choices = []
-        for h, a in zip(hs, acc):
-            d = Delta(h.index, a['ids'], a['text'], a['lps'], a['tops'])
-            if chat: choices.append(dict(index=h.index, message=dict(role='assistant', content=a['text']), logprobs=lp(d), finish_reason=a['finish']))
-            else: choices.append(dict(index=h.index, text=a['text'], logprobs=lp(d), finish_reason=a['finish']))
-        return dict(head, object='chat.completion' if chat else 'text_completion', choices=choices, usage=usage(sum(len(a['ids']) for a in acc)))
+        api.check_key(request)
+        return {'object': 'list', 'data': [{'id': api.name, 'object': 'model', 'created': api.created, 'owned_by': 'minillm', 'max_model_len': api.ctx}]}
 
     @app.post('/v1/completions')
-    async def completions(request:HTTPRequest): return await run(request, CompletionRequest)
+    async def completions(request:HTTPRequest): return await api.run(request, CompletionRequest)
 
     @app.post('/v1/chat/completions')
-    async def chat_completions(request:HTTPRequest): return await run(request, ChatCompletionRequest)
+    async def chat_completions(request:HTTPRequest): return await api.run(request, ChatCompletionRequest)
 
     return app
+
 
 # %% ../nbs/08_serving.ipynb #08c00051
 def _bind(host:str, port:int) -> socket.socket:
@@ -547,17 +660,44 @@ def _bind(host:str, port:int) -> socket.socket:
         raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e}; pick another --port (0 = any free port) or --host") from None
     return s
 
-def _uvicorn(app, log_level:str) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5, lifespan='on'))
+class _Uvicorn(uvicorn.Server):
+    "uvicorn's server, stopping the way a model server should: finish or fail the engine's requests first, and return normally after a signal."
+    def __init__(self, app, log_level:str, grace:float=5.0):
+        super().__init__(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5, lifespan='on'))
+        self.worker, self.grace, self.signals = app.state.worker, grace, []
+
+    def handle_exit(self, sig, frame):
+        self.signals.append(sig); super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        "Ctrl-C and SIGTERM start a shutdown; unlike uvicorn's own, the signal is not raised again afterwards (a KeyboardInterrupt traceback)."
+        if threading.current_thread() is not threading.main_thread(): yield; return
+        old = {s: signal.signal(s, self.handle_exit) for s in HANDLED_SIGNALS}
+        try: yield
+        finally:
+            for s, h in old.items(): signal.signal(s, h)
+
+    async def shutdown(self, sockets=None):
+        "Stop accepting; give running requests `grace` seconds to finish, fail the rest (503); then uvicorn's own shutdown."
+        for s in self.servers: s.close()
+        self.worker.accepting = False
+        t0 = time.monotonic()
+        while self.worker.live and not self.force_exit and time.monotonic() - t0 < self.grace: await asyncio.sleep(0.05)
+        await anyio.to_thread.run_sync(self.worker.stop)
+        await super().shutdown(sockets)
+
+    @property
+    def stopped_by(self) -> str|None: return signal.Signals(self.signals[0]).name if self.signals else None
 
 class Server:
     "An OpenAI-compatible server for `llm` on a background thread (for notebooks and tests): `with Server(llm) as s: OpenAI(base_url=s.base_url, ...)`."
     def __init__(self, llm:LLM, host:str='127.0.0.1', port:int=0, max_batch_size:int=16, api_key:str|None=None,
-                 engine:Engine|None=None, log_level:str='warning', **app_kw):
+                 engine:Engine|None=None, log_level:str='warning', grace:float=5.0, **app_kw):
         self.engine = engine or Engine(llm, max_batch_size)
         self.worker = EngineWorker(self.engine)
         self.app = make_app(self.worker, api_key=api_key, **app_kw)
-        self.host, self.port, self.log_level = host, port, log_level
+        self.host, self.port, self.log_level, self.grace = host, port, log_level, grace
         self._uv = self._thread = self._sock = None
 
     @property
@@ -567,7 +707,7 @@ class Server:
         "Bind, start uvicorn on a thread, and wait until it accepts connections."
         self._sock = _bind(self.host, self.port)
         self.port = self._sock.getsockname()[1]
-        self._uv = _uvicorn(self.app, self.log_level)
+        self._uv = _Uvicorn(self.app, self.log_level, self.grace)
         self._thread = threading.Thread(target=self._uv.run, kwargs=dict(sockets=[self._sock]), name='minillm-http', daemon=True)
         self._thread.start()
         t0 = time.monotonic()
@@ -578,7 +718,7 @@ class Server:
         return self
 
     def stop(self, timeout:float=30.0):
-        "Ask uvicorn to exit (open streams end with a 503 event), wait for it, stop the engine thread."
+        "Ask uvicorn to exit (running requests get `grace` seconds, then end with a 503), wait for it, stop the engine thread."
         if self._uv is not None: self._uv.should_exit = True
         if self._thread is not None: self._thread.join(timeout)
         self.worker.stop()
@@ -591,25 +731,30 @@ class Server:
 
 # %% ../nbs/08_serving.ipynb #08c00052
 def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_size:int=16, api_key:str|None=None,
-          max_tokens:int=1024, served_model_name:str|None=None, log_level:str='info', file=None):
-    "Load `model` (default: the embedded SmolLM2-135M-Instruct) and serve the OpenAI API on host:port until interrupted."
+          max_tokens:int=1024, served_model_name:str|None=None, log_level:str='info', allowed_hosts:list[str]|None=None,
+          grace:float=5.0, file=None):
+    "Load `model` (default: the embedded SmolLM2-135M-Instruct) and serve the OpenAI API on host:port until Ctrl-C or SIGTERM."
     file = file or sys.stderr
     for n, v, lo in (('max_batch_size', max_batch_size, 1), ('max_tokens', max_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{n} must be an integer >= {lo}, got {v!r}")
+    Guard(None, allowed_hosts)                                        # a bad allowed_hosts fails before the model loads
     api_key = api_key or os.environ.get('MINILLM_API_KEY') or None
     sock = _bind(host, port)                                          # a busy port fails here, before the model loads
     try:
         llm = LLM.load(model, progress=log_level != 'warning')
         worker = EngineWorker(Engine(llm, max_batch_size))
-        app = make_app(worker, served_model_name, api_key, max_tokens)
+        app = make_app(worker, served_model_name, api_key, max_tokens, allowed_hosts=allowed_hosts)
         h, p = sock.getsockname()[:2]
         url = f"http://{'[' + h + ']' if ':' in h else h}:{p}/v1"
         print(f"minillm: serving {served_model_name or llm.name} at {url} (max_batch_size {max_batch_size}, "
               f"{'API key required' if api_key else 'no API key'}); Ctrl-C to stop", file=file, flush=True)
-        if api_key is None and host not in ('127.0.0.1', 'localhost', '::1'):
+        if api_key is None and not _loopback(host) and host != 'localhost':
             print(f"minillm: warning: listening on {host} without an API key: anyone who can reach this port can use the model", file=file, flush=True)
-        _uvicorn(app, log_level).run(sockets=[sock])
+        srv = _Uvicorn(app, log_level, grace)
+        srv.run(sockets=[sock])
+        print(f"minillm: stopped{f' ({srv.stopped_by})' if srv.stopped_by else ''}", file=file, flush=True)
     finally: sock.close()
+
 
 # %% ../nbs/08_serving.ipynb #08c00101
 def _bench_prompts(n:int, prompt_len:int, vocab_size:int, seed:int=0) -> list[list[int]]:
