@@ -16,8 +16,8 @@ from .sampling import SamplingParams, process_logits, resolve_params, control_st
 from .loop import machine_info
 
 # %% auto #0
-__all__ = ['DEAD', 'MAX_CP', 'STRING_CHAR', 'MAX_DIGITS', 'SUPPORTED', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa', 'prune',
-           'token_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
+__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'STRING_CHAR', 'MAX_DIGITS', 'SUPPORTED', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa',
+           'prune', 'token_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
            'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
            'response_format_constraint', 'draw_allowed', 'constraint_explorer']
 
@@ -85,16 +85,23 @@ def utf8_sequences(lo:int, hi:int) -> list[list[tuple[int, int]]]:
                 if hi & m != m: rec(lo, (hi & ~m) - 1); rec(hi & ~m, hi); return
         a, b = chr(lo).encode(), chr(hi).encode()
         out.append(list(zip(a, b)))
-    rec(lo, hi)
+    for a, b in _norm([(lo, hi)]): rec(a, b)                      # surrogates have no UTF-8 encoding
     return out
+
+JSON_UNSAFE = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]          # control characters, '"' and '\\': escaped inside a JSON string
+
+def _minus(ranges, cut):
+    "Code-point ranges `ranges` without those in `cut`."
+    return _negate(_norm(_negate(ranges) + list(cut)))
 
 class _NFA:
     "Thompson automaton over bytes: epsilon edges and byte-range edges."
-    def __init__(self): self.eps, self.edges = [], []
+    def __init__(self, safe_groups=()): self.eps, self.edges, self.safe_groups, self.safe = [], [], set(safe_groups), False
     def state(self):
         self.eps.append([]); self.edges.append([]); return len(self.eps) - 1
 
     def chars(self, ranges):                                    # a set of codepoints -> fragment (start, end)
+        if self.safe: ranges = _minus(ranges, JSON_UNSAFE)       # inside a (?P<_json_...>) group: raw JSON-string characters only
         s, e = self.state(), self.state()
         for lo, hi in _norm(ranges):
             for seq in utf8_sequences(lo, hi):
@@ -114,7 +121,10 @@ class _NFA:
             elif op is C.IN: f = self.chars(self._set(av, pattern))
             elif op is C.SUBPATTERN:
                 if av[1] or av[2]: raise ValueError(f"regex {pattern!r}: inline flags such as (?i) are not supported")
+                outer = self.safe
+                self.safe = outer or av[0] in self.safe_groups
                 f = self.build(av[3], pattern)
+                self.safe = outer
             elif op is C.BRANCH:
                 a, b = self.state(), self.state()
                 for alt in av[1]:
@@ -158,10 +168,11 @@ def regex_to_dfa(pattern:str) -> ByteDFA:
     "Compile `pattern` (whole-output match) to a minimal `ByteDFA`: Python's own parser, then Thompson's NFA over UTF-8 bytes, subsets, Moore."
     from re import _parser
     if not isinstance(pattern, str): raise ValueError(f"regex must be a str, got {type(pattern).__name__}")
-    try: tree = _parser.parse(pattern)
+    n = iter(range(1 << 30))                                     # schema regexes repeat (?P<_json>...) groups: number them apart
+    try: tree = _parser.parse(re.sub(r'\(\?P<_json\d*>', lambda m: f"(?P<_json{next(n)}>", pattern))
     except Exception as e: raise ValueError(f"cannot parse regex {pattern!r}: {e}") from None
     if tree.state.flags & ~(re.UNICODE | re.ASCII): raise ValueError(f"regex {pattern!r}: flags are not supported")
-    nfa = _NFA()
+    nfa = _NFA(i for n, i in tree.state.groupdict.items() if n.startswith('_json'))
     start, end = nfa.build(list(tree), pattern)
     # byte classes: bytes that no edge tells apart behave alike
     cuts = sorted({0, 256} | {x for es in nfa.edges for a, b, _ in es for x in (a, b + 1)})
@@ -367,6 +378,10 @@ def register_tokenizer(tokenizer:Tokenizer) -> Tokenizer:
 
 def _tokenizer_for(V:int) -> Tokenizer:
     "The one known vocabulary with `V` tokens; a ValueError when there is none or several different ones."
+    if not any(t.vocab_size == V for t in list(_TOKENIZERS)):     # made before this module was imported: look for them once
+        import gc
+        for o in gc.get_objects():
+            if isinstance(o, Tokenizer): _TOKENIZERS.add(o)
     found = {}
     for t in list(_TOKENIZERS):
         if t.vocab_size == V: found.setdefault(vocab_for(t).fingerprint, t)
@@ -461,32 +476,46 @@ SUPPORTED = {'type', 'properties', 'required', 'additionalProperties', 'enum', '
              'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'items', 'minItems', 'maxItems', 'anyOf',
              'title', 'description', '$schema', 'default', 'examples', '$id', '$comment'}
 
+def _at_least(lo, xlo) -> int:
+    "The smallest integer k with k >= lo and k > xlo (either may be None; 0 when both are)."
+    c = ([math.ceil(lo)] if lo is not None else []) + ([math.floor(xlo) + 1] if xlo is not None else [])
+    return max(c) if c else 0
+
 def _number_regex(s:dict, integer:bool) -> str:
-    "Integers or numbers within the schema's bounds (numbers: an integer part in range, then an optional fraction)."
-    lo, hi = s.get('minimum'), s.get('maximum')
-    xlo, xhi = s.get('exclusiveMinimum'), s.get('exclusiveMaximum')
+    "Integers or numbers within the schema's bounds: an integer part in range, and a fraction only where no fraction can cross a bound."
     for k in ('minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'):
         if k in s and (isinstance(s[k], bool) or not isinstance(s[k], (int, float)) or not math.isfinite(s[k])):
             raise ValueError(f"JSON schema: '{k}' must be a finite number, got {s[k]!r}")
-    L = max([v for v in (math.ceil(lo) if lo is not None else None, (math.floor(xlo) + 1) if xlo is not None else None) if v is not None], default=None)
-    H = min([v for v in (math.floor(hi) if hi is not None else None, (math.ceil(xhi) - 1) if xhi is not None else None) if v is not None], default=None)
+    lo, hi, xlo, xhi = s.get('minimum'), s.get('maximum'), s.get('exclusiveMinimum'), s.get('exclusiveMaximum')
+    los = [v for v in (lo, xlo) if v is not None]; his = [v for v in (hi, xhi) if v is not None]
     big = 10 ** MAX_DIGITS - 1
+    # integers: the smallest/largest whole number inside the bounds
+    L = _at_least(lo, xlo) if los else None
+    H = -_at_least(None if hi is None else -hi, None if xhi is None else -xhi) if his else None
     if L is None and H is None: ipart = r'-?(0|[1-9][0-9]{0,%d})' % (MAX_DIGITS - 1)
-    else:
-        if L is not None and H is not None and L > H: raise ValueError(f"JSON schema: no {'integer' if integer else 'number with an integer part'} lies within the bounds {s}")
-        ipart = int_range_regex(-big if L is None else L, big if H is None else H)
+    elif L is not None and H is not None and L > H:
+        if integer: raise ValueError(f"JSON schema: no integer lies within the bounds of {s}")
+        ipart = None
+    else: ipart = int_range_regex(-big if L is None else L, big if H is None else H)
     if integer: return ipart
-    # numbers: integer part k in [L, H]; a fraction is allowed when k +/- fraction stays inside the bounds
-    frac = r'(\.[0-9]{1,6})?'
-    if L is None and H is None: return ipart + frac
-    Lf = -big if L is None else L; Hf = big if H is None else H
-    parts = []
-    inner_lo, inner_hi = Lf, Hf                                 # fraction safe: k in [L, H-1] for k >= 0, [L+1, H] for k < 0
-    pos_lo, pos_hi = max(inner_lo, 0), inner_hi - 1
-    if pos_lo <= pos_hi: parts.append(int_range_regex(pos_lo, pos_hi) + frac)
-    neg_lo, neg_hi = inner_lo + 1, min(inner_hi, -1)
-    if neg_lo <= neg_hi: parts.append(int_range_regex(neg_lo, neg_hi) + frac)
-    parts.append(ipart)                                          # any integer in range, without a fraction
+    frac = r'(\.[0-9]{1,6})'
+    if L is None and H is None: return ipart + frac + '?'
+    parts = [ipart] if ipart else []
+    lo_all, hi_all = (max(los) if los else None), (min(his) if his else None)
+    # +(k.f): k + 1 <= hi keeps every fraction below the upper bound; k >= lo (k > lo if exclusive) keeps it above the lower one
+    kmin = max(0, _at_least(lo, xlo))
+    kmax = big if hi_all is None else math.floor(hi_all) - 1
+    if kmin <= kmax: parts.append(int_range_regex(kmin, kmax) + frac)
+    # -(k.f): k + 1 <= -lo keeps it above the lower bound; k >= -hi (k > -hi if exclusive) keeps it below the upper one
+    nmin = max(0, _at_least(None if hi is None else -hi, None if xhi is None else -xhi))
+    nmax = big if lo_all is None else math.floor(-lo_all) - 1
+    if nmin <= nmax: parts.append('-' + int_range_regex(nmin, nmax) + frac)
+    nz = r'(\.[0-9]{0,5}[1-9])'                                   # a fraction that is not zero
+    if xlo is not None and float(xlo).is_integer() and 0 <= xlo <= kmax and (lo is None or lo <= xlo):   # xlo + f > xlo when f > 0
+        parts.append(str(int(xlo)) + nz)
+    if xhi is not None and float(xhi).is_integer() and 0 <= -xhi <= nmax and (hi is None or hi >= xhi):  # -(|xhi| + f) < xhi
+        parts.append('-' + str(int(-xhi)) + nz)
+    if not parts: raise ValueError(f"JSON schema: the bounds of {s} leave no number with at most 6 decimals")
     return '(' + '|'.join(parts) + ')'
 
 def _string_regex(s:dict) -> str:
@@ -497,8 +526,8 @@ def _string_regex(s:dict) -> str:
         if not isinstance(p, str): raise ValueError(f"JSON schema: 'pattern' must be a string, got {p!r}")
         start, end = p.startswith('^'), p.endswith('$') and not p.endswith(r'\$')
         body = p[1 if start else 0: len(p) - 1 if end else len(p)]
-        if re.search(r'(?<!\\)"', body): raise ValueError(f"JSON schema: a 'pattern' that matches a double quote is not supported: {p!r}")
-        return '"' + ('' if start else STRING_CHAR + '*') + f"({body})" + ('' if end else STRING_CHAR + '*') + '"'
+        # a group named _json keeps the pattern to raw JSON-string characters (see regex_to_dfa)
+        return '"' + ('' if start else STRING_CHAR + '*') + f"(?P<_json>{body})" + ('' if end else STRING_CHAR + '*') + '"'
     for k in ('minLength', 'maxLength'):
         if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
     if hi is not None and hi < lo: raise ValueError(f"JSON schema: maxLength {hi} < minLength {lo}")
