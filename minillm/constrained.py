@@ -364,7 +364,8 @@ class TokenIndex:
     def __repr__(self): return f"TokenIndex({self.dfa!r}, {self.rows_built} of {self.dfa.n_states} states indexed)"
 
 # %% ../nbs/05a_constrained.ipynb #cc000043
-_TOKENIZERS = weakref.WeakSet()                                  # every Tokenizer made since this module was imported
+_TOKENIZERS = Tokenizer.__dict__.get('_instances') or weakref.WeakSet()   # every Tokenizer made since this module was imported
+Tokenizer._instances = _TOKENIZERS                               # kept on the class: a re-run of this cell shares it
 if not hasattr(Tokenizer.__init__, 'registered'):
     _tok_init = Tokenizer.__init__
     def _init(self, *args, **kwargs):
@@ -379,9 +380,11 @@ def register_tokenizer(tokenizer:Tokenizer) -> Tokenizer:
 def _tokenizer_for(V:int) -> Tokenizer:
     "The one known vocabulary with `V` tokens; a ValueError when there is none or several different ones."
     if not any(t.vocab_size == V for t in list(_TOKENIZERS)):     # made before this module was imported: look for them once
-        import gc
-        for o in gc.get_objects():
-            if isinstance(o, Tokenizer): _TOKENIZERS.add(o)
+        import gc, warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')                      # isinstance on some library objects warns
+            for o in gc.get_objects():
+                if isinstance(o, Tokenizer): _TOKENIZERS.add(o)
     found = {}
     for t in list(_TOKENIZERS):
         if t.vocab_size == V: found.setdefault(vocab_for(t).fingerprint, t)
