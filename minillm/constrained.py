@@ -17,7 +17,7 @@ from .loop import machine_info
 
 # %% auto #0
 __all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'STRING_CHAR', 'MAX_DIGITS', 'SUPPORTED', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa',
-           'prune', 'token_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
+           'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
            'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
            'response_format_constraint', 'draw_allowed', 'constraint_explorer']
 
@@ -239,7 +239,7 @@ def prune(dfa:ByteDFA) -> ByteDFA:
     return ByteDFA(trans, dfa.start, dfa.accept, dfa.pattern)
 
 # %% ../nbs/05a_constrained.ipynb #cc000031
-def token_bytes(tokenizer:Tokenizer) -> list[bytes|None]:
+def vocab_bytes(tokenizer:Tokenizer) -> list[bytes|None]:
     "The bytes each token id stands for (byte-level BPE), or None for special tokens, which no format ever allows as text."
     inv = {c: b for b, c in _bytes_to_unicode().items()}
     special = set(tokenizer.special_tokens.values())
@@ -275,7 +275,7 @@ class TokenVocab:
     @classmethod
     def from_tokenizer(cls, tokenizer:Tokenizer) -> 'TokenVocab':
         "The vocabulary of a byte-level BPE `Tokenizer` (chapter 01)."
-        v = cls(token_bytes(tokenizer), tokenizer.stop_token_ids)
+        v = cls(vocab_bytes(tokenizer), tokenizer.stop_token_ids)
         v.tokenizer = tokenizer
         return v
 
