@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['temperature_scale', 'top_k_filter', 'top_p_filter', 'min_p_filter', 'typical_filter', 'repetition_penalty',
-           'frequency_presence_penalty', 'no_repeat_ngram_filter', 'logit_bias', 'bad_words_filter',
-           'min_new_tokens_filter', 'SamplingParams', 'process_logits', 'sample', 'next_token_logits', 'frame_png',
-           'control_style', 'FrameView', 'plot_candidates', 'sampling_explorer', 'make_picker', 'resolve_params',
-           'sample_params']
+__all__ = ['CONSTRAINT_ARGS', 'temperature_scale', 'top_k_filter', 'top_p_filter', 'min_p_filter', 'typical_filter',
+           'repetition_penalty', 'frequency_presence_penalty', 'no_repeat_ngram_filter', 'logit_bias',
+           'bad_words_filter', 'min_new_tokens_filter', 'SamplingParams', 'process_logits', 'sample',
+           'next_token_logits', 'frame_png', 'control_style', 'FrameView', 'plot_candidates', 'sampling_explorer',
+           'make_picker', 'resolve_params', 'sample_params']
 
 # %% ../nbs/03_sampling.ipynb #c3check1
 def _is_num(x): return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
@@ -271,6 +271,7 @@ class SamplingParams:
     ignore_eos: bool = False         # keep going after the end-of-sequence token
     logprobs: int = 0                # top alternatives to report per token, >= 0
     n: int = 1                       # independent samples of the prompt; sample i uses seed + i (seed None: each its own)
+    constraint: object = None        # output format (chapter 05a: regex, JSON schema, choice): masks the tokens it forbids; None = free
 
     def __post_init__(self):
         def bad(name, allowed): raise ValueError(f"SamplingParams.{name} must be {allowed}, got {getattr(self, name)!r}")
@@ -300,6 +301,8 @@ class SamplingParams:
         if not isinstance(self.ignore_eos, bool): bad('ignore_eos', 'True or False')
         if not _is_int(self.logprobs) or self.logprobs < 0: bad('logprobs', 'an integer >= 0 (number of top alternatives)')
         if not _is_int(self.n) or self.n < 1: bad('n', 'an integer >= 1 (the number of samples to return)')
+        if self.constraint is not None and not callable(getattr(self.constraint, 'apply', None)):
+            bad('constraint', 'None or a constraint object with apply(logits, tokens, n_prompt) (chapter 05a builds them from a regex, a JSON schema or a choice)')
 
     @property
     def is_greedy(self) -> bool:
@@ -337,6 +340,7 @@ def process_logits(logits:torch.Tensor,      # (B, V) float logits from the mode
         if p.no_repeat_ngram_size: logits = no_repeat_ngram_filter(logits, tokens, p.no_repeat_ngram_size)
     if p.bad_words: logits = bad_words_filter(logits, tokens, p.bad_words)
     if p.min_new_tokens: logits = min_new_tokens_filter(logits, tokens, n_prompt, p.min_new_tokens, eos_ids)
+    if p.constraint is not None: logits = p.constraint.apply(logits, tokens, n_prompt)  # chapter 05a: -inf where the format forbids
     if p.is_greedy: return logits  # warpers cannot change the argmax (except typical), and greedy skips them as HF does
     if p.temperature != 1: logits = temperature_scale(logits, p.temperature)
     if p.top_k: logits = top_k_filter(logits, p.top_k)
@@ -498,10 +502,17 @@ def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
     return pick
 
 _FIELDS = [f.name for f in fields(SamplingParams)]
+CONSTRAINT_ARGS = ('regex', 'json_schema', 'choice')  # keyword shortcuts for `constraint`
+_constraint_factory = None   # chapter 05a sets it: _constraint_factory(kind, value) -> constraint object
 
 def resolve_params(params:SamplingParams|None=None, **kwargs) -> SamplingParams:
     "A `SamplingParams` from `params` and/or keyword overrides; greedy with 128 new tokens when nothing is given."
     if 'top_logprobs' in kwargs: kwargs['logprobs'] = kwargs.pop('top_logprobs')  # chapter 02's name
+    if (given := [k for k in CONSTRAINT_ARGS if kwargs.get(k) is not None]) or any(k in kwargs for k in CONSTRAINT_ARGS):
+        if len(given) + (kwargs.get('constraint') is not None) > 1: raise ValueError(f"give at most one of regex, json_schema, choice and constraint; got {given + ['constraint'] * (kwargs.get('constraint') is not None)}")
+        if given and _constraint_factory is None: raise ValueError(f"{given[0]}= needs the constrained-decoding chapter: import minillm.constrained (or minillm.all)")
+        values = {k: kwargs.pop(k) for k in CONSTRAINT_ARGS if k in kwargs}
+        if given: kwargs['constraint'] = _constraint_factory(given[0], values[given[0]])
     if (bad := sorted(set(kwargs) - set(_FIELDS))): raise ValueError(f"unknown sampling argument(s) {bad}; allowed: {', '.join(_FIELDS)}")
     if params is None:  # greedy unless a sampling knob is given without a temperature: then temperature 1, as in OpenAI's API
         sampling = any(k in kwargs for k in ('top_k', 'top_p', 'min_p', 'typical_p', 'seed'))

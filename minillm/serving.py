@@ -67,6 +67,7 @@ class _Sampling(_Body):
     repetition_penalty: float = Field(1.0, gt=0, le=10)
     min_tokens: int = Field(0, ge=0)
     ignore_eos: bool = False
+    response_format: dict | None = None                        # chapter 05a: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
 
 class CompletionRequest(_Sampling):
     "Body of `POST /v1/completions`."
@@ -137,13 +138,18 @@ def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> Samplin
             raise APIError("top_logprobs needs logprobs: true", param='top_logprobs')
         top = (req.top_logprobs or 0) if req.logprobs else 0
     else: top = req.logprobs or 0
+    constraint = None
+    if req.response_format is not None:                        # structured output (chapter 05a), compiled once per schema
+        from minillm.constrained import response_format_constraint
+        try: constraint = response_format_constraint(req.response_format)
+        except ValueError as e: raise APIError(f"response_format: {e}", param='response_format', code='invalid_response_format') from None
     try:
         return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=max(req.top_k, 0), min_p=req.min_p,
                               repetition_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
                               presence_penalty=req.presence_penalty, logit_bias=bias,
                               seed=req.seed, n=req.n,
                               max_new_tokens=max_tokens, min_new_tokens=req.min_tokens, stop=stop,
-                              ignore_eos=req.ignore_eos, logprobs=top)
+                              ignore_eos=req.ignore_eos, logprobs=top, constraint=constraint)
     except ValueError as e: raise APIError(str(e)) from None
 
 # %% ../nbs/08_serving.ipynb #08c00031
