@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_batching.ipynb #07c00002
 from __future__ import annotations
-import hashlib, math, random, sys, time
+import hashlib, math, os, random, sys, time
 from array import array
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -24,8 +24,9 @@ import minillm.speculative   # its `LLM.generate` (drafts) must exist before we 
 __all__ = ['DEFAULT_TOKENS_PER_STEP', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
            'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache',
            'PagedBatch', 'cache_waste', 'StepOutput', 'Engine', 'SegmentedAttention', 'PackedBatch', 'forward_packed',
-           'block_hashes', 'run_speculative_batch', 'Arrival', 'poisson_workload', 'serve_one_at_a_time',
-           'serve_static', 'serve_engine', 'serving_metrics', 'serving_bench', 'plot_serving', 'serve_engine_steps',
+           'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload',
+           'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench', 'plot_serving',
+           'shared_prefix_workload', 'decode_step_ms', 'step_split', 'plot_steps', 'serve_engine_steps',
            'plot_timeline', 'schedule_stand_in', 'engine_explorer']
 
 # %% ../nbs/07_batching.ipynb #07c00021
@@ -835,6 +836,28 @@ def register(self:PagedKVCache, seq_id, hashes:list[bytes], start:int=0):
         b = t[i]
         if hashes[i] not in self.cached and b not in self._hash_of: self.cached[hashes[i]], self._hash_of[b] = b, hashes[i]
 
+
+# %% ../nbs/07_batching.ipynb #07c00083
+def plot_blocks(cache:PagedKVCache, seqs:dict, fig=None, title:str|None=None):
+    "Block tables of `seqs` (label -> sequence id in `cache`) as rows of boxes: each box a block id with its reference count; shared blocks darker."
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+    fig = fig or Figure(figsize=(9, 0.5 * len(seqs) + 0.9), dpi=80)
+    ax = fig.subplots()
+    width = max(len(cache.tables[s]) for s in seqs.values())
+    for y, (label, s) in enumerate(seqs.items()):
+        for x, b in enumerate(cache.tables[s]):
+            ref = cache.ref[b]
+            ax.add_patch(Rectangle((x, -y - 0.9), 0.92, 0.8, color=('C0' if ref > 1 else '#cfe0f1'), ec='k', lw=0.5))
+            ax.text(x + 0.46, -y - 0.5, f"#{b}\nref {ref}", ha='center', va='center', fontsize=7, color='w' if ref > 1 else 'k')
+        ax.text(-0.15, -y - 0.5, label, ha='right', va='center', fontsize=8)
+    ax.set(xlim=(-0.1, width), ylim=(-len(seqs) - 0.1, 0.1), xticks=[], yticks=[]); ax.axis('off')
+    if title: ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# %% ../nbs/07_batching.ipynb #07c00066
 @patch
 def fork(self:PagedKVCache, src, dst):
     "A new sequence `dst` holding exactly `src`'s blocks and length (parallel samples of one prompt); written blocks are copied on write."
@@ -911,6 +934,18 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
                 live = [live[b] for b in keep]
     return [r.result() for r in reqs]
 
+# %% ../nbs/07_batching.ipynb #07c00081
+def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
+    "Output tokens per second over the whole run, time to first token and time per output token (p50, p99; seconds times `scale`: ms by default)."
+    import numpy as np
+    ttft = np.array([r['first'] - r['arrival'] for r in rows]) * scale
+    tpot = np.array([(r['done'] - r['first']) / (r['tokens'] - 1) for r in rows if r['tokens'] > 1]) * scale
+    span = max(r['done'] for r in rows) - min(r['arrival'] for r in rows)
+    pc = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")
+    return dict(throughput=sum(r["tokens"] for r in rows) / span, ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
+                tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows))
+
+
 # %% ../nbs/07_batching.ipynb #07c00080
 @dataclass
 class Arrival:
@@ -976,36 +1011,35 @@ def serve_engine(llm:LLM, work:list[Arrival], max_batch_size:int=16, engine:Engi
     return [dict(arrival=(r := eng.requests[i]).t_arrival - start, first=r.t_first - start, done=r.t_done - start, tokens=len(r.out))
             for i in rids]
 
-def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
-    "Output tokens per second over the whole run, time to first token and time per output token (p50, p99; seconds times `scale`: ms by default)."
-    import numpy as np
-    ttft = np.array([r['first'] - r['arrival'] for r in rows]) * scale
-    tpot = np.array([(r['done'] - r['first']) / (r['tokens'] - 1) for r in rows if r['tokens'] > 1]) * scale
-    span = max(r['done'] for r in rows) - min(r['arrival'] for r in rows)
-    pc = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")
-    return dict(throughput=sum(r["tokens"] for r in rows) / span, ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
-                tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows))
-
 def serving_bench(llm:LLM, rates=(1, 2, 4, math.inf), n:int=48, seed:int=0, max_batch_size:int=16, workload_kw:dict|None=None,
-                  systems=('one at a time', 'static', 'engine'), file=None) -> list[dict]:
-    "The same Poisson workloads (one per rate) served one at a time, by static batching and by the `Engine`; prints a table, returns its rows."
+                  systems=('one at a time', 'static', 'engine'), engines:dict|None=None, work=None, file=None) -> list[dict]:
+    """The same Poisson workloads (one per rate; or `work` itself) served by each of `systems`: 'one at a time', 'static' (batching),
+    'engine' (the `Engine` with its default token budget) and 'engine, no budget' (every admitted prompt prefilled whole in one step).
+    Prints the machine, a table, and returns its rows; the engines used are kept in `engines` (a dict, keyed by rate and system) when given."""
     file = file or sys.stdout
-    run = {'one at a time': lambda w: serve_one_at_a_time(llm, w), 'static': lambda w: serve_static(llm, w, max_batch_size),
-           'engine': lambda w: serve_engine(llm, w, max_batch_size)}
+    def eng(w, rate, name, **kw):
+        e = Engine(llm, max_batch_size, **kw)
+        if engines is not None: engines[(rate, name)] = e
+        return serve_engine(llm, w, engine=e)
+    run = {'one at a time': lambda w, r: serve_one_at_a_time(llm, w), 'static': lambda w, r: serve_static(llm, w, max_batch_size),
+           'engine': lambda w, r: eng(w, r, 'engine'), 'engine, no budget': lambda w, r: eng(w, r, 'engine, no budget', max_tokens_per_step=None)}
+    if (bad := [s for s in systems if s not in run]): raise ValueError(f"unknown system(s) {bad}; known: {list(run)}")
     llm.generate([[1, 2, 3]] * 2, max_new_tokens=2)                      # warm up
     out = []
-    print(f"{n} requests per rate, {llm.model.dtype}, max_batch_size={max_batch_size}, {torch.get_num_threads()} threads", file=file)
-    print(f"{'rate/s':>7} {'system':14}{'tok/s':>8}{'TTFT p50':>10}{'p99':>8}{'TPOT p50':>10}{'p99':>8}  (ms)", file=file)
+    print(f"{machine_info()}; load average {os.getloadavg()[0]:.2f}", file=file)
+    print(f"{n if work is None else len(work)} requests per rate, {llm.model.dtype}, max_batch_size={max_batch_size}", file=file)
+    print(f"{'rate/s':>7} {'system':18}{'tok/s':>8}{'TTFT p50':>10}{'p99':>8}{'TPOT p50':>10}{'p99':>8}  (ms)", file=file)
     for rate in rates:
-        work = poisson_workload(n, rate, seed, llm.config.vocab_size, **(workload_kw or {}))
+        w = work if work is not None else poisson_workload(n, rate, seed, llm.config.vocab_size, **(workload_kw or {}))
         for name in systems:
-            m = dict(rate=rate, system=name, **serving_metrics(run[name](work)))
+            t0 = time.perf_counter()
+            m = dict(rate=rate, system=name, **serving_metrics(run[name](w, rate)), seconds=time.perf_counter() - t0)
             out.append(m)
-            print(f"{rate:7.1f} {name:14}{m['throughput']:8.1f}{m['ttft_p50']:10.0f}{m['ttft_p99']:8.0f}{m['tpot_p50']:10.0f}{m['tpot_p99']:8.0f}", file=file)
+            print(f"{rate:7.1f} {name:18}{m['throughput']:8.1f}{m['ttft_p50']:10.0f}{m['ttft_p99']:8.0f}{m['tpot_p50']:10.0f}{m['tpot_p99']:8.0f}", file=file)
     return out
 
 def plot_serving(rows:list[dict], fig=None):
-    "Throughput against p99 time to first token, one line per system over the arrival rates; returns the figure."
+    "Throughput against p99 time to first token and p50 time per output token, one line per system, each point labelled by its arrival rate; returns the figure."
     from matplotlib.figure import Figure
     fig = fig or Figure(figsize=(9, 3.4), dpi=80)
     ax1, ax2 = fig.subplots(1, 2)
@@ -1013,10 +1047,73 @@ def plot_serving(rows:list[dict], fig=None):
         rs = [r for r in rows if r['system'] == name]
         ax1.plot([r['throughput'] for r in rs], [r['ttft_p99'] / 1e3 for r in rs], marker='o', color=f"C{i}", label=name)
         ax2.plot([r['throughput'] for r in rs], [r['tpot_p50'] for r in rs], marker='o', color=f"C{i}", label=name)
+        for r in rs:                                                       # label each point by its arrival rate
+            lab = 'all at once' if r['rate'] == math.inf else f"{r['rate']:g}/s"
+            ax1.annotate(lab, (r['throughput'], r['ttft_p99'] / 1e3), fontsize=7, xytext=(3, 3), textcoords='offset points')
+            ax2.annotate(lab, (r['throughput'], r['tpot_p50']), fontsize=7, xytext=(3, 3), textcoords='offset points')
     ax1.set(xlabel='output tokens/s', ylabel='p99 time to first token (s)', yscale='log')
     ax2.set(xlabel='output tokens/s', ylabel='p50 time per output token (ms)')
     ax1.legend(fontsize=8); fig.tight_layout()
     return fig
+
+# %% ../nbs/07_batching.ipynb #07c00082
+def shared_prefix_workload(n:int=64, prefix_len:int=400, question=(20, 40), max_new_tokens:int=16, seed:int=0,
+                           vocab_size:int=49152, rate:float=math.inf) -> list[Arrival]:
+    "`n` requests that start with the same `prefix_len`-token system prompt, each followed by a question of its own of `question` tokens."
+    rng = random.Random(seed)
+    lo = 256 if vocab_size > 512 else 3
+    prefix = [rng.randrange(lo, vocab_size) for _ in range(prefix_len)]
+    work, t = [], 0.0
+    for _ in range(n):
+        if rate != math.inf: t += rng.expovariate(rate)
+        work.append(Arrival(t, prefix + [rng.randrange(lo, vocab_size) for _ in range(rng.randint(*question))], max_new_tokens))
+    return work
+
+def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
+    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`."
+    res = {}
+    with torch.inference_mode():
+        for B in rows:
+            ids = torch.randint(256, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
+            cache = KVCache.for_model(llm.model, B, context + 1)
+            llm.model(ids[:, :context], cache=cache)
+            ts = []
+            for _ in range(reps + 1):
+                cache.set_lengths(context)
+                t0 = time.perf_counter(); llm.model(ids[:, context:], cache=cache); ts.append(time.perf_counter() - t0)
+            res[B] = sorted(ts[1:])[reps // 2] * 1e3                       # the first run warms up
+    return res
+
+def step_split(engine:Engine, full:int|None=None) -> dict:
+    "Split an engine run's wall time by what its steps carried: steps with prefill tokens, decode-only steps with `full` rows (default max_batch_size), decode-only steps with fewer."
+    full, log = full or engine.max_batch_size, engine.log
+    dt = lambda es: sum(e['t1'] - e['t0'] for e in es)
+    pre = [e for e in log if e['prefill_tokens']]
+    dec = [e for e in log if not e['prefill_tokens'] and e['decode_rows'] >= full]
+    part = [e for e in log if not e['prefill_tokens'] and e['decode_rows'] < full]
+    return dict(total=log[-1]['t1'] - log[0]['t0'], steps=len(log), prefill_steps=len(pre), prefill_s=dt(pre),
+                prefill_tokens=sum(e['prefill_tokens'] for e in pre), full_steps=len(dec), full_s=dt(dec),
+                part_steps=len(part), part_s=dt(part), part_rows=sum(e['decode_rows'] for e in part) / max(len(part), 1))
+
+def plot_steps(engines:dict, fig=None):
+    "The step log of each engine in `engines` (title -> Engine) over seconds: decode rows per step (blue; grey: rows left empty) and prefill tokens per step (orange)."
+    from matplotlib.figure import Figure
+    fig = fig or Figure(figsize=(9, 1.9 * len(engines) + 0.6), dpi=80)
+    axs = fig.subplots(2 * len(engines), 1, sharex=True, height_ratios=[1.2, 1] * len(engines))
+    for (title, eng), ax, ax2 in zip(engines.items(), axs[::2], axs[1::2]):
+        log, B = eng.log, eng.max_batch_size
+        t0 = log[0]['t0']
+        left, width = [e['t0'] - t0 for e in log], [e['t1'] - e['t0'] for e in log]
+        rows = [e['decode_rows'] for e in log]
+        ax.bar(left, [B] * len(log), width, align='edge', color='0.88', lw=0)
+        ax.bar(left, rows, width, align='edge', color='C0', lw=0)
+        ax.set(ylabel='decode\nrows', ylim=(0, B * 1.05)); ax.set_title(title, fontsize=9, loc='left')
+        ax2.bar(left, [e['prefill_tokens'] for e in log], width, align='edge', color='C1', lw=0)
+        ax2.set(ylabel='prefill\ntokens')
+    axs[-1].set_xlabel('seconds since the first step')
+    fig.tight_layout()
+    return fig
+
 
 # %% ../nbs/07_batching.ipynb #07c00090
 def serve_engine_steps(engine:Engine, work:list[Arrival]) -> list[dict]:
