@@ -26,7 +26,7 @@ __all__ = ['DEFAULT_TOKENS_PER_STEP', 'left_pad', 'Request', 'pick_rows', 'is_ba
            'PagedBatch', 'cache_waste', 'StepOutput', 'Engine', 'SegmentedAttention', 'PackedBatch', 'forward_packed',
            'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload',
            'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench', 'plot_serving',
-           'shared_prefix_workload', 'decode_step_ms', 'step_split', 'plot_steps', 'serve_engine_steps',
+           'shared_prefix_workload', 'decode_step_ms', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps',
            'plot_timeline', 'schedule_stand_in', 'engine_explorer']
 
 # %% ../nbs/07_batching.ipynb #07c00021
@@ -728,7 +728,8 @@ def _schedule(self:Engine) -> dict:
         unheld = sum(self.cache.ref[b] == 0 for b in hit)                  # cached blocks nobody holds count as free ones
         if self.cache.blocks_for(len(toks)) - len(hit) + unheld > self.cache.num_free_blocks: break   # room for all its tokens
         self.waiting.popleft()
-        self.cache.add(r.id); self.cache.share(r.id, hit)
+        self.cache.add(r.id)
+        if hit: self.cache.share(r.id, hit)
         r.registered, r.computed = len(hit), len(hit) * bs
         r.cached_tokens += r.computed
         n = min(len(toks) - r.computed, budget)
@@ -850,8 +851,10 @@ def plot_blocks(cache:PagedKVCache, seqs:dict, fig=None, title:str|None=None):
             ref = cache.ref[b]
             ax.add_patch(Rectangle((x, -y - 0.9), 0.92, 0.8, color=('C0' if ref > 1 else '#cfe0f1'), ec='k', lw=0.5))
             ax.text(x + 0.46, -y - 0.5, f"#{b}\nref {ref}", ha='center', va='center', fontsize=7, color='w' if ref > 1 else 'k')
-        ax.text(-0.15, -y - 0.5, label, ha='right', va='center', fontsize=8)
-    ax.set(xlim=(-0.1, width), ylim=(-len(seqs) - 0.1, 0.1), xticks=[], yticks=[]); ax.axis('off')
+    ax.set(xlim=(-0.1, max(width, 8)), ylim=(-len(seqs) - 0.1, 0.1), xticks=[])
+    ax.set_yticks([-y - 0.5 for y in range(len(seqs))], list(seqs), fontsize=8)
+    for side in ('top', 'right', 'bottom', 'left'): ax.spines[side].set_visible(False)
+    ax.tick_params(left=False)
     if title: ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
@@ -936,14 +939,15 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
 
 # %% ../nbs/07_batching.ipynb #07c00081
 def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
-    "Output tokens per second over the whole run, time to first token and time per output token (p50, p99; seconds times `scale`: ms by default)."
+    "Output tokens per second over the whole run, time to first token and time per output token (p50, p99), mean time in the system (seconds times `scale`: ms by default)."
     import numpy as np
     ttft = np.array([r['first'] - r['arrival'] for r in rows]) * scale
     tpot = np.array([(r['done'] - r['first']) / (r['tokens'] - 1) for r in rows if r['tokens'] > 1]) * scale
     span = max(r['done'] for r in rows) - min(r['arrival'] for r in rows)
     pc = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")
     return dict(throughput=sum(r["tokens"] for r in rows) / span, ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
-                tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows))
+                tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows),
+                mean_latency=float(np.mean([r['done'] - r['arrival'] for r in rows])) * scale)   # W of Little's law
 
 
 # %% ../nbs/07_batching.ipynb #07c00080
@@ -1074,7 +1078,7 @@ def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=
     res = {}
     with torch.inference_mode():
         for B in rows:
-            ids = torch.randint(256, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
+            ids = torch.randint(256 if llm.config.vocab_size > 512 else 3, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
             cache = KVCache.for_model(llm.model, B, context + 1)
             llm.model(ids[:, :context], cache=cache)
             ts = []
@@ -1113,6 +1117,23 @@ def plot_steps(engines:dict, fig=None):
     axs[-1].set_xlabel('seconds since the first step')
     fig.tight_layout()
     return fig
+
+def goals_bench(llm:LLM, n:int=48, seed:int=0, max_batch_size:int=16, workload_kw:dict|None=None, file=None) -> tuple[dict, float, dict]:
+    """The saturated workload (`n` requests at once) served one at a time, by static batching, by the engine without a token budget and
+    with its default one; and the decode ceiling, the tokens/s of a `max_batch_size`-row decoding step, measured in the same process.
+    Prints both; returns the metrics by system, the ceiling and the engines (keyed by rate and system)."""
+    file = file or sys.stdout
+    step = decode_step_ms(llm, rows=(1, max_batch_size))
+    engines, work = {}, poisson_workload(n, math.inf, seed, llm.config.vocab_size, **(workload_kw or {}))
+    rows = serving_bench(llm, rates=(math.inf,), work=work, max_batch_size=max_batch_size, engines=engines, file=file,
+                         systems=('one at a time', 'static', 'engine, no budget', 'engine'))
+    m, ceiling = {r['system']: r for r in rows}, max_batch_size * 1e3 / step[max_batch_size]
+    print(f"{max_batch_size}-row decode step {step[max_batch_size]:.1f} ms (one row {step[1]:.1f} ms): ceiling {ceiling:.0f} tok/s", file=file)
+    for s in ('engine, no budget', 'engine'):
+        e = m[s]
+        print(f"{s:18}: {e['throughput'] / ceiling:4.0%} of the ceiling, {e['throughput'] / m['static']['throughput']:.2f}x static, "
+              f"{e['throughput'] / m['one at a time']['throughput']:.1f}x one at a time, TPOT p99/p50 {e['tpot_p99'] / e['tpot_p50']:.2f}", file=file)
+    return m, ceiling, engines
 
 
 # %% ../nbs/07_batching.ipynb #07c00090
