@@ -21,13 +21,30 @@ from .speculative import make_draft, process_rows, accept_draft, accept_greedy, 
 import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
 
 # %% auto #0
-__all__ = ['DEFAULT_TOKENS_PER_STEP', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
-           'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache',
-           'PagedBatch', 'cache_waste', 'StepOutput', 'Engine', 'SegmentedAttention', 'PackedBatch', 'forward_packed',
-           'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload',
-           'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench', 'plot_serving',
-           'shared_prefix_workload', 'decode_step_ms', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps',
+__all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params',
+           'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant',
+           'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput', 'Engine', 'SegmentedAttention',
+           'PackedBatch', 'forward_packed', 'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics',
+           'Arrival', 'poisson_workload', 'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench',
+           'plot_serving', 'shared_prefix_workload', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps',
            'plot_timeline', 'schedule_stand_in', 'engine_explorer']
+
+# %% ../nbs/07_batching.ipynb #07c00104
+def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
+    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`."
+    res = {}
+    with torch.inference_mode():
+        for B in rows:
+            ids = torch.randint(256 if llm.config.vocab_size > 512 else 3, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
+            cache = KVCache.for_model(llm.model, B, context + 1)
+            llm.model(ids[:, :context], cache=cache)
+            ts = []
+            for _ in range(reps + 1):
+                cache.set_lengths(context)
+                t0 = time.perf_counter(); llm.model(ids[:, context:], cache=cache); ts.append(time.perf_counter() - t0)
+            res[B] = sorted(ts[1:])[reps // 2] * 1e3                       # the first run warms up
+    return res
+
 
 # %% ../nbs/07_batching.ipynb #07c00021
 def left_pad(seqs:list[list[int]], pad_id:int=0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1072,21 +1089,6 @@ def shared_prefix_workload(n:int=64, prefix_len:int=400, question=(20, 40), max_
         if rate != math.inf: t += rng.expovariate(rate)
         work.append(Arrival(t, prefix + [rng.randrange(lo, vocab_size) for _ in range(rng.randint(*question))], max_new_tokens))
     return work
-
-def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
-    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`."
-    res = {}
-    with torch.inference_mode():
-        for B in rows:
-            ids = torch.randint(256 if llm.config.vocab_size > 512 else 3, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
-            cache = KVCache.for_model(llm.model, B, context + 1)
-            llm.model(ids[:, :context], cache=cache)
-            ts = []
-            for _ in range(reps + 1):
-                cache.set_lengths(context)
-                t0 = time.perf_counter(); llm.model(ids[:, context:], cache=cache); ts.append(time.perf_counter() - t0)
-            res[B] = sorted(ts[1:])[reps // 2] * 1e3                       # the first run warms up
-    return res
 
 def step_split(engine:Engine, full:int|None=None) -> dict:
     "Split an engine run's wall time by what its steps carried: steps with prefill tokens, decode-only steps with `full` rows (default max_batch_size), decode-only steps with fewer."
