@@ -17,9 +17,12 @@ from .batching import Request, pick_rows, batch_logits, Engine
 import minillm.beam, minillm.batching   # beam search and the batched `LLM.generate` must exist
 
 # %% auto #0
-__all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'Problem', 'make_problems', 'few_shot', 'problem_set',
-           'extract_answer', 'check', 'prompt_for', 'pass_at_k', 'majority_vote', 'weighted_vote', 'best_of_n',
-           'oracle', 'PrefixStore', 'run_shared', 'sample_n']
+__all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'STRATEGIES', 'NS', 'Problem', 'make_problems',
+           'few_shot', 'problem_set', 'extract_answer', 'check', 'prompt_for', 'pass_at_k', 'majority_vote',
+           'weighted_vote', 'best_of_n', 'oracle', 'PrefixStore', 'run_shared', 'sample_n', 'shared_prefix',
+           'collect_samples', 'judge_prompt', 'judge_yes', 'judge_samples', 'judge_scores', 'beam_answers',
+           'strategy_correct', 'subsets_for', 'accuracy_table', 'bootstrap_ci', 'summarize', 'plot_accuracy',
+           'test_time_explorer', 'blocks_for', 'separate_blocks', 'shared_blocks', 'step_cost_fit', 'predict_seconds']
 
 # %% ../nbs/10_test_time.ipynb #t10c10
 @dataclass(frozen=True)
@@ -221,3 +224,248 @@ def sample_n(llm:LLM, prompt, params:SamplingParams|None=None, store:PrefixStore
     "`params.n` samples of one prompt in one static batch with one prefill; sample i uses seed + i, exactly as `llm.generate(prompt, n=...)`."
     p = resolve_params(params, **kwargs)
     return run_shared(llm, encode_prompt(llm, prompt, p.max_new_tokens), sample_params(p), store)
+
+# %% ../nbs/10_test_time.ipynb #t10c40
+NO_ANSWER = -(10 ** 9)   # stored in place of None: the sample had no integer in it
+
+def shared_prefix(seqs:list[list[int]]) -> list[int]:
+    "The longest run of tokens that every sequence of `seqs` starts with."
+    if not seqs: raise ValueError("need at least one sequence")
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        if any(s[i] != seqs[0][i] for s in seqs): return list(seqs[0][:i])
+    return list(seqs[0][:n])
+
+def collect_samples(llm:LLM, problems:list[Problem], n:int=64, temperature:float=1.0, seed:int=0,
+                    max_new_tokens:int=6, cot:bool=False, progress:bool=True) -> dict:
+    "Greedy plus `n` samples per problem in one batch (problem i's sample j uses seed `seed + 1000 i + j`); the few-shot prefix of each family is prefilled once. Arrays `(P, n)` and `(P,)`."
+    from tqdm.auto import tqdm
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1000: raise ValueError(f"n must be an integer in [1, 1000], got {n!r}")
+    if not problems: raise ValueError("problems must be a non-empty list of Problem")
+    P, ids = len(problems), [encode_prompt(llm, prompt_for(p, cot=cot), max_new_tokens) for p in problems]
+    store = PrefixStore(llm)
+    for f in dict.fromkeys(p.family for p in problems):
+        fam = [x for x, p in zip(ids, problems) if p.family == f]
+        if len(fam) > 1 and (pre := shared_prefix(fam)): store.add(pre)
+    out = dict(answers=np.full((P, n), NO_ANSWER, np.int64), logprob=np.zeros((P, n), np.float32), ntok=np.zeros((P, n), np.int16),
+               texts=np.empty((P, n), object), greedy_answer=np.full(P, NO_ANSWER, np.int64), greedy_text=np.empty(P, object),
+               greedy_ntok=np.zeros(P, np.int16), prompt_len=np.array([len(x) for x in ids], np.int16),
+               correct=np.array([p.answer for p in problems], np.int64), seconds=np.zeros(P, np.float32))
+    for i, pr in enumerate(tqdm(problems, disable=not progress, desc=f"greedy + {n} samples per problem")):
+        t0 = time.perf_counter()
+        rows = [SamplingParams.greedy(max_new_tokens=max_new_tokens)] + sample_params(
+            SamplingParams(temperature=temperature, seed=seed + 1000 * i, n=n, max_new_tokens=max_new_tokens))
+        g, *gens = run_shared(llm, ids[i], rows, store)
+        out['seconds'][i] = time.perf_counter() - t0
+        a = extract_answer(g.text)
+        out['greedy_answer'][i], out['greedy_text'][i], out['greedy_ntok'][i] = NO_ANSWER if a is None else a, g.text, len(g.token_ids)
+        for j, s in enumerate(gens):
+            a = extract_answer(s.text)
+            out['answers'][i, j] = NO_ANSWER if a is None else a
+            out['logprob'][i, j], out['ntok'][i, j], out['texts'][i, j] = sum(s.logprobs), len(s.token_ids), s.text
+    for k in ('texts', 'greedy_text'): out[k] = out[k].astype(str)
+    return out
+
+# %% ../nbs/10_test_time.ipynb #t10c41
+def judge_prompt(problem:Problem, answer) -> list[dict]:
+    "Chat messages asking the model whether `answer` is right for `problem`; its reply should start with Yes or No."
+    return [{'role': 'user', 'content': f"Question: {problem.question}\nProposed answer: {answer}\n"
+                                        "Is the proposed answer correct? Reply with Yes or No."}]
+
+def judge_yes(llm:LLM, problem:Problem, answers:list, batch_size:int=16) -> np.ndarray:
+    "The model as its own verifier: for each answer, P(Yes) / (P(Yes) + P(No)) of the first token of its reply to `judge_prompt`."
+    if len(answers) == 0: raise ValueError("answers must be a non-empty list")
+    tok = llm.tokenizer
+    yes, no = tok.encode('Yes'), tok.encode('No')
+    if len(yes) != 1 or len(no) != 1: raise ValueError("the tokenizer must spell 'Yes' and 'No' as one token each")
+    out = []
+    for s in range(0, len(answers), batch_size):
+        logits = batch_logits(llm, [judge_prompt(problem, a) for a in answers[s:s + batch_size]], steps=0)[0]   # (b, V)
+        two = logits[:, [yes[0], no[0]]].log_softmax(-1)                                                      # (b, 2)
+        out += two[:, 0].exp().tolist()
+    return np.array(out)
+
+def judge_samples(llm:LLM, problems:list[Problem], answers:np.ndarray, rows, progress:bool=True) -> dict:
+    "P(Yes) of the self-judge for every distinct answer among the samples of each problem in `rows` (answers `(P, n)`, NO_ANSWER skipped)."
+    from tqdm.auto import tqdm
+    out = dict(problem=[], answer=[], p_yes=[], correct=[])
+    for i in tqdm(list(rows), disable=not progress, desc='self-judge'):
+        cand = [int(a) for a in dict.fromkeys(answers[i].tolist()) if a != NO_ANSWER]
+        if not cand: continue
+        out['p_yes'] += judge_yes(llm, problems[i], cand).tolist()
+        out['problem'] += [i] * len(cand); out['answer'] += cand; out['correct'] += [a == problems[i].answer for a in cand]
+    return {k: np.array(v) for k, v in out.items()}
+
+def judge_scores(judge:dict, answers:np.ndarray, rows) -> np.ndarray:
+    "Per-sample scores `(len(rows), n)` for best-of-N: the judge's P(Yes) for the sample's answer; -1 for a sample with no answer."
+    table = {(int(p), int(a)): float(s) for p, a, s in zip(judge['problem'], judge['answer'], judge['p_yes'])}
+    return np.array([[table.get((int(i), int(a)), -1.0) for a in answers[i]] for i in rows])
+
+# %% ../nbs/10_test_time.ipynb #t10c42
+def beam_answers(llm:LLM, problems:list[Problem], rows, widths=(4, 8), max_new_tokens:int=6, progress:bool=True) -> dict:
+    "The answer of the best beam (chapter 05's `beam_search`) for each problem in `rows` and each beam width in `widths`."
+    from tqdm.auto import tqdm
+    rows = list(rows)
+    ans = np.full((len(rows), len(widths)), NO_ANSWER, np.int64)
+    for j, i in enumerate(tqdm(rows, disable=not progress, desc='beam search')):
+        for b, w in enumerate(widths):
+            a = extract_answer(llm.beam_search(prompt_for(problems[i]), num_beams=w, max_new_tokens=max_new_tokens)[0].text)
+            ans[j, b] = NO_ANSWER if a is None else a
+    return dict(index=np.array(rows), answers=ans, num_beams=np.array(widths))
+
+# %% ../nbs/10_test_time.ipynb #t10c50
+def _vote_rows(codes:np.ndarray, w:np.ndarray, U:int) -> np.ndarray:
+    "Majority vote of every row of `codes` `(R, N)` (answer codes in [0, U), code U-1 = no answer) with weights `(R, N)`: the winning code per row, ties to the earliest."
+    R, N = codes.shape
+    w = np.where(codes == U - 1, 0.0, w)                               # no answer: no vote
+    tot = np.zeros((R, U)); np.add.at(tot, (np.arange(R)[:, None], codes), w)
+    first = np.full((R, U), N)
+    for j in range(N - 1, -1, -1): first[np.arange(R), codes[:, j]] = j   # position of each code's first sample
+    tot[:, U - 1] = -1.0                                              # never pick "no answer" while a real answer has a vote
+    top = tot == tot.max(axis=1, keepdims=True)                        # (R, U) the answers with the most votes
+    return np.where(top, first, N + 1).argmin(axis=1)                 # of those, the one sampled first
+
+def strategy_correct(answers:np.ndarray,   # (n,) extracted answers of one problem's samples (NO_ANSWER for none)
+                     correct:int,          # the right answer
+                     strategy:str,         # 'majority', 'weighted', 'best_sum', 'best_mean', 'judge', 'oracle' or 'single'
+                     N:int,                # samples the strategy may use
+                     subsets:np.ndarray,   # (R, N) indices into the n samples: the draws to average over
+                     logprob=None, ntok=None, judge=None) -> float:
+    "Fraction of the `R` subsets of `N` samples on which `strategy` returns `correct`."
+    if strategy == 'oracle': return pass_at_k(len(answers), int((answers == correct).sum()), N)   # the exact expectation
+    idx = subsets[:, :N]
+    if strategy == 'single': return float((answers[idx[:, 0]] == correct).mean())
+    if strategy in ('majority', 'weighted'):
+        vals, codes = np.unique(np.where(answers == NO_ANSWER, np.iinfo(np.int64).max, answers), return_inverse=True)
+        vals = np.where(vals == np.iinfo(np.int64).max, NO_ANSWER, vals)
+        if vals[-1] != NO_ANSWER: vals = np.append(vals, NO_ANSWER)      # the last code always means "no answer"
+        w = np.ones(len(answers)) if strategy == 'majority' else np.exp(logprob / np.maximum(ntok, 1))
+        win = _vote_rows(codes[idx], w[idx], len(vals))
+        return float((vals[win] == correct).mean())
+    score = {'best_sum': logprob, 'best_mean': None if logprob is None else logprob / np.maximum(ntok, 1), 'judge': judge}.get(strategy, 'bad')
+    if isinstance(score, str): raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if score is None: raise ValueError(f"strategy {strategy!r} needs its scores (logprob and ntok, or judge)")
+    pick = idx[np.arange(len(idx)), np.argmax(score[idx], axis=1)]    # argmax: the first of equal scores
+    return float((answers[pick] == correct).mean())
+
+STRATEGIES = {'single': 'one sample', 'majority': 'majority vote', 'weighted': 'weighted vote (exp mean log-prob)',
+              'best_sum': 'best-of-N (sum log-prob)', 'best_mean': 'best-of-N (mean log-prob)',
+              'judge': 'best-of-N (self-judge P(yes))', 'oracle': 'oracle (pass@N)'}
+
+def subsets_for(n:int, Ns, R:int=32, seed:int=0) -> np.ndarray:
+    "`R` random orderings of the `n` samples `(R, n)`: the first N of a row are a random subset of size N (search-and-learn's subsampling)."
+    if max(Ns) > n: raise ValueError(f"every N must be <= the {n} samples drawn, got {max(Ns)}")
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(n) for _ in range(R)])
+
+def accuracy_table(data:dict, strategies, Ns=(1, 2, 4, 8, 16, 32, 64), R:int=32, seed:int=0, rows=None) -> dict:
+    "Per-problem accuracy `(P, len(Ns))` of each strategy on the saved samples in `data` (answers, correct, logprob, ntok, optional judge)."
+    A, truth = data['answers'], data['correct']
+    rows = np.arange(len(A)) if rows is None else np.asarray(rows)
+    out = {}
+    for s in strategies:
+        acc = np.zeros((len(rows), len(Ns)))
+        for i, p in enumerate(rows):
+            sub = subsets_for(A.shape[1], Ns, R, seed + int(p))
+            kw = dict(logprob=data['logprob'][p].astype(np.float64), ntok=data['ntok'][p].astype(np.float64),
+                      judge=None if data.get('judge') is None else data['judge'][p])
+            acc[i] = [strategy_correct(A[p], int(truth[p]), s, N, sub, **kw) for N in Ns]
+        out[s] = acc
+    return out
+
+def bootstrap_ci(per_problem:np.ndarray,  # (P,) or (P, K): one score per problem (per column)
+                 B:int=2000, level:float=0.95, seed:int=0) -> tuple:
+    "Mean over problems and its percentile bootstrap interval (problems resampled with replacement `B` times)."
+    x = np.asarray(per_problem, dtype=float)
+    if x.shape[0] < 1: raise ValueError("need at least one problem")
+    if not 0 < level < 1: raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), (B, len(x)))].mean(axis=1)      # (B,) or (B, K)
+    a = (1 - level) / 2
+    return x.mean(axis=0), np.quantile(means, a, axis=0), np.quantile(means, 1 - a, axis=0)
+
+# %% ../nbs/10_test_time.ipynb #t10c52
+NS = (1, 2, 4, 8, 16, 32, 64)
+
+def summarize(data:dict, strategies=('single', 'majority', 'weighted', 'best_sum', 'best_mean', 'oracle'), Ns=NS,
+              R:int=32, B:int=1000, seed:int=0) -> dict:
+    "Accuracy of each strategy at each N with 95% bootstrap intervals, overall ('all') and per family, and the mean tokens generated per problem at each N."
+    per = accuracy_table(data, strategies, Ns, R, seed)
+    fam = np.asarray(data['family'])
+    out = {}
+    for f in ['all'] + list(dict.fromkeys(fam.tolist())):
+        rows = np.arange(len(fam)) if f == 'all' else np.nonzero(fam == f)[0]
+        out[f] = {s: tuple(np.atleast_1d(x) for x in bootstrap_ci(per[s][rows], B, seed=seed)) for s in strategies}
+        out[f]['_tokens'] = np.array(Ns) * float(data['ntok'][rows].mean())
+        out[f]['_greedy'] = bootstrap_ci((data['greedy_answer'][rows] == data['correct'][rows]).astype(float), B, seed=seed)
+    return dict(Ns=np.array(Ns), acc=out, per_problem=per)
+
+def plot_accuracy(ax, acc:dict, Ns, strategies, x='samples N', seconds:dict|None=None, mark:int|None=None):
+    "Accuracy curves (with 95% intervals as bands) of `strategies` from one family's entry of `summarize`, against N, tokens or seconds."
+    xv = {'samples N': np.asarray(Ns, float), 'generated tokens': acc['_tokens'],
+          'seconds': None if seconds is None else np.array([seconds[int(N)] for N in Ns])}.get(x, 'bad')
+    if isinstance(xv, str): raise ValueError(f"x must be 'samples N', 'generated tokens' or 'seconds', got {x!r}")
+    if xv is None: raise ValueError("x='seconds' needs `seconds`, a dict N -> seconds per problem")
+    for i, s in enumerate(strategies):
+        m, lo, hi = acc[s]
+        ax.plot(xv, m, 'o-', ms=3, color=f"C{list(STRATEGIES).index(s)}", label=STRATEGIES[s])
+        ax.fill_between(xv, lo, hi, color=f"C{list(STRATEGIES).index(s)}", alpha=0.15)
+    ax.axhline(acc['_greedy'][0], color='0.3', ls='--', lw=1, label='greedy')
+    if mark is not None: ax.axvline(xv[list(Ns).index(mark)], color='0.6', lw=0.8)
+    ax.set_xscale('log', base=2 if x == 'samples N' else 10); ax.set_xlabel(x); ax.set_ylabel('accuracy'); ax.set_ylim(0, 1)
+    return ax
+
+def test_time_explorer(summary:dict, seconds:dict|None=None):
+    "An ipywidgets explorer of accuracy against N, tokens or seconds, by family and strategy, redrawn from `summarize`'s saved numbers (no model call); safe under JupyterLab's subshells."
+    import ipywidgets as W
+    Ns, fams = [int(x) for x in summary['Ns']], list(summary['acc'])
+    strats = [s for s in summary['acc']['all'] if not s.startswith('_')]
+    fam = W.Dropdown(options=fams, value='all', description='family', **control_style('240px'))
+    xaxis = W.Dropdown(options=['samples N', 'generated tokens'] + (['seconds'] if seconds else []), value='samples N',
+                       description='x axis', **control_style('240px'))
+    N = W.SelectionSlider(options=Ns, value=8 if 8 in Ns else Ns[0], description='N', continuous_update=False, **control_style())
+    pick = W.SelectMultiple(options=[(STRATEGIES[s], s) for s in strats], value=tuple(s for s in ('majority', 'best_mean', 'oracle') if s in strats),
+                            description='strategies', rows=len(strats), **control_style('440px'))
+    def draw(fig, f, x, n, chosen):
+        acc = summary['acc'][f]
+        plot_accuracy(fig.subplots(), acc, Ns, chosen, x, seconds, mark=n).legend(fontsize=7, loc='lower right')
+        fig.tight_layout()
+        j = Ns.index(n)
+        cost = f"{acc['_tokens'][j]:.0f} tokens" + (f", {seconds[n]:.2f} s" if seconds else '')
+        return f"{f}, N = {n} ({cost} per problem): " + '; '.join(
+            f"{STRATEGIES[s]} {acc[s][0][j]:.1%} [{acc[s][1][j]:.1%}, {acc[s][2][j]:.1%}]" for s in chosen)
+    view = FrameView(draw, figsize=(9, 3.6), dpi=80)
+    def redraw(*_): view.show(fam.value, xaxis.value, N.value, tuple(pick.value))
+    for w in (fam, xaxis, N, pick): w.observe(redraw, 'value')
+    redraw()
+    ui = W.VBox([W.HBox([fam, xaxis]), N, pick, view.out])
+    ui.view, ui.controls = view, dict(family=fam, x=xaxis, N=N, strategies=pick)
+    return ui
+
+# %% ../nbs/10_test_time.ipynb #t10c70
+def blocks_for(n_tokens:int, block_size:int=16) -> int: return -(-n_tokens // block_size)
+
+def separate_blocks(prompt_len:int, gen_lens:list[int], block_size:int=16) -> int:
+    "Blocks that N requests for the same prompt hold when each keeps its own copy of the prompt, every request at its longest (sample i generated `gen_lens[i]` tokens; the last one is never stored): an upper bound on the peak."
+    return sum(blocks_for(prompt_len + max(t - 1, 0), block_size) for t in gen_lens)
+
+def shared_blocks(prompt_len:int, gen_lens:list[int], block_size:int=16) -> int:
+    "The same bound when the prompt's full blocks are stored once and shared; each sample copies the prompt's partial last block (copy on write) and adds its own."
+    full, tail = divmod(prompt_len, block_size)
+    return full + sum(blocks_for(tail + max(t - 1, 0), block_size) for t in gen_lens)
+
+def step_cost_fit(ms_by_rows:dict) -> tuple[float, float]:
+    "Least-squares fit of chapter 07's step-cost model t(B) = t_weights + B * t_row to measured {B: ms}; returns (t_weights, t_row) in ms."
+    B = np.array(sorted(ms_by_rows), dtype=float); t = np.array([ms_by_rows[b] for b in sorted(ms_by_rows)])
+    if len(B) < 2: raise ValueError("need step times for at least two batch sizes")
+    t_row, t_w = np.polyfit(B, t, 1)
+    return float(t_w), float(t_row)
+
+def predict_seconds(prefill_s:float, gen_lens:list[int], t_weights_ms:float, t_row_ms:float, shared:bool=True) -> float:
+    "Predicted seconds for samples that generate `gen_lens` tokens: one prefill and batched steps (`shared`), or one prefill and one-row steps per sample."
+    g = np.asarray(gen_lens)
+    if len(g) == 0: raise ValueError("gen_lens must be non-empty")
+    step = lambda B: (t_weights_ms + B * t_row_ms) / 1e3
+    if not shared: return float(len(g) * prefill_s + sum(max(t - 1, 0) for t in g) * step(1))
+    alive = [(g > s).sum() for s in range(1, int(g.max()))]              # rows still decoding after the first token
+    return float(prefill_s + sum(step(B) for B in alive))
