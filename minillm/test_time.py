@@ -20,9 +20,10 @@ import minillm.beam, minillm.batching   # beam search and the batched `LLM.gener
 __all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'STRATEGIES', 'NS', 'Problem', 'make_problems',
            'few_shot', 'problem_set', 'extract_answer', 'check', 'prompt_for', 'pass_at_k', 'majority_vote',
            'weighted_vote', 'best_of_n', 'oracle', 'PrefixStore', 'run_shared', 'sample_n', 'shared_prefix',
-           'collect_samples', 'judge_prompt', 'judge_yes', 'judge_samples', 'judge_scores', 'beam_answers',
-           'strategy_correct', 'subsets_for', 'accuracy_table', 'bootstrap_ci', 'summarize', 'plot_accuracy',
-           'test_time_explorer', 'blocks_for', 'separate_blocks', 'shared_blocks', 'step_cost_fit', 'predict_seconds']
+           'collect_samples', 'save_samples', 'load_samples', 'judge_prompt', 'judge_yes', 'judge_samples',
+           'judge_scores', 'beam_answers', 'strategy_correct', 'subsets_for', 'accuracy_table', 'bootstrap_ci',
+           'summarize', 'plot_accuracy', 'test_time_explorer', 'blocks_for', 'separate_blocks', 'shared_blocks',
+           'step_cost_fit', 'predict_seconds']
 
 # %% ../nbs/10_test_time.ipynb #t10c10
 @dataclass(frozen=True)
@@ -264,6 +265,25 @@ def collect_samples(llm:LLM, problems:list[Problem], n:int=64, temperature:float
             out['answers'][i, j] = NO_ANSWER if a is None else a
             out['logprob'][i, j], out['ntok'][i, j], out['texts'][i, j] = sum(s.logprobs), len(s.token_ids), s.text
     for k in ('texts', 'greedy_text'): out[k] = out[k].astype(str)
+    return out
+
+def save_samples(path, **arrays):
+    "Save named arrays (and dicts of them, stored as `name/key`) to one compressed `.npz` file, without pickles."
+    flat = {}
+    for k, v in arrays.items():
+        if isinstance(v, dict): flat.update({f"{k}/{kk}": np.asarray(vv) for kk, vv in v.items()})
+        else: flat[k] = np.asarray(v)
+    if any(a.dtype == object for a in flat.values()): raise ValueError("arrays must not hold Python objects (convert text to str)")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **flat)
+
+def load_samples(path) -> dict:
+    "Read a file written by `save_samples` back into (nested) dicts of arrays."
+    out = {}
+    with np.load(path, allow_pickle=False) as z:
+        for k in z.files:
+            if '/' in k: a, b = k.split('/', 1); out.setdefault(a, {})[b] = z[k]
+            else: out[k] = z[k]
     return out
 
 # %% ../nbs/10_test_time.ipynb #t10c41
