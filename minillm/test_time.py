@@ -17,7 +17,7 @@ from .batching import Request, pick_rows, batch_logits, Engine
 import minillm.beam, minillm.batching   # beam search and the batched `LLM.generate` must exist
 
 # %% auto #0
-__all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'STRATEGIES', 'NS', 'Problem', 'make_problems',
+__all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'NS', 'STRATEGIES', 'Problem', 'make_problems',
            'few_shot', 'problem_set', 'extract_answer', 'check', 'prompt_for', 'pass_at_k', 'majority_vote',
            'weighted_vote', 'best_of_n', 'oracle', 'PrefixStore', 'run_shared', 'sample_n', 'shared_prefix',
            'collect_samples', 'save_samples', 'load_samples', 'judge_prompt', 'judge_yes', 'judge_samples',
@@ -226,9 +226,6 @@ def sample_n(llm:LLM, prompt, params:SamplingParams|None=None, store:PrefixStore
     p = resolve_params(params, **kwargs)
     return run_shared(llm, encode_prompt(llm, prompt, p.max_new_tokens), sample_params(p), store)
 
-# %% ../nbs/10_test_time.ipynb #t10c40
-NO_ANSWER = -(10 ** 9)   # stored in place of None: the sample had no integer in it
-
 def shared_prefix(seqs:list[list[int]]) -> list[int]:
     "The longest run of tokens that every sequence of `seqs` starts with."
     if not seqs: raise ValueError("need at least one sequence")
@@ -236,6 +233,9 @@ def shared_prefix(seqs:list[list[int]]) -> list[int]:
     for i in range(n):
         if any(s[i] != seqs[0][i] for s in seqs): return list(seqs[0][:i])
     return list(seqs[0][:n])
+
+# %% ../nbs/10_test_time.ipynb #t10c40
+NO_ANSWER = -(10 ** 9)   # stored in place of None: the sample had no integer in it
 
 def collect_samples(llm:LLM, problems:list[Problem], n:int=64, temperature:float=1.0, seed:int=0,
                     max_new_tokens:int=6, cot:bool=False, progress:bool=True) -> dict:
@@ -334,6 +334,8 @@ def beam_answers(llm:LLM, problems:list[Problem], rows, widths=(4, 8), max_new_t
     return dict(index=np.array(rows), answers=ans, num_beams=np.array(widths))
 
 # %% ../nbs/10_test_time.ipynb #t10c50
+NS = (1, 2, 4, 8, 16, 32, 64)   # the sample budgets every curve of this chapter uses
+
 def _vote_rows(codes:np.ndarray, w:np.ndarray, U:int) -> np.ndarray:
     "Majority vote of every row of `codes` `(R, N)` (answer codes in [0, U), code U-1 = no answer) with weights `(R, N)`: the winning code per row, ties to the earliest."
     R, N = codes.shape
@@ -405,8 +407,6 @@ def bootstrap_ci(per_problem:np.ndarray,  # (P,) or (P, K): one score per proble
     return x.mean(axis=0), np.quantile(means, a, axis=0), np.quantile(means, 1 - a, axis=0)
 
 # %% ../nbs/10_test_time.ipynb #t10c52
-NS = (1, 2, 4, 8, 16, 32, 64)
-
 def summarize(data:dict, strategies=('single', 'majority', 'weighted', 'best_sum', 'best_mean', 'oracle'), Ns=NS,
               R:int=32, B:int=1000, seed:int=0) -> dict:
     "Accuracy of each strategy at each N with 95% bootstrap intervals, overall ('all') and per family, and the mean tokens generated per problem at each N."
