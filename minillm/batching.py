@@ -4,27 +4,47 @@
 
 # %% ../nbs/07_batching.ipynb #07c00002
 from __future__ import annotations
-import math, random, sys, time
-from collections import deque
+import hashlib, math, os, random, sys, time
+from array import array
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from fastcore.basics import patch
-from .model import Transformer
+from .model import Transformer, rope_tables, linear
 from .weights import LLM
 from .loop import Generation, TextAssembler, encode_prompt, machine_info
-from .sampling import SamplingParams, sample, resolve_params, process_logits
+from .sampling import SamplingParams, sample, resolve_params, process_logits, sample_params
 from .kvcache import KVCache
 from .speculative import make_draft, process_rows, accept_draft, accept_greedy, _history_free
 import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
 
 # %% auto #0
-__all__ = ['left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch', 'generate_batch',
-           'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput',
-           'prefill_groups', 'Engine', 'run_speculative_batch', 'Arrival', 'poisson_workload', 'serve_one_at_a_time',
-           'serve_static', 'serve_engine', 'serving_metrics', 'serving_bench', 'plot_serving', 'serve_engine_steps',
+__all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params',
+           'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant',
+           'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput', 'Engine', 'SegmentedAttention',
+           'PackedBatch', 'forward_packed', 'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics',
+           'Arrival', 'poisson_workload', 'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench',
+           'plot_serving', 'shared_prefix_workload', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps',
            'plot_timeline', 'schedule_stand_in', 'engine_explorer']
+
+# %% ../nbs/07_batching.ipynb #07c00104
+def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
+    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`."
+    res = {}
+    with torch.inference_mode():
+        for B in rows:
+            ids = torch.randint(256 if llm.config.vocab_size > 512 else 3, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
+            cache = KVCache.for_model(llm.model, B, context + 1)
+            llm.model(ids[:, :context], cache=cache)
+            ts = []
+            for _ in range(reps + 1):
+                cache.set_lengths(context)
+                t0 = time.perf_counter(); llm.model(ids[:, context:], cache=cache); ts.append(time.perf_counter() - t0)
+            res[B] = sorted(ts[1:])[reps // 2] * 1e3                       # the first run warms up
+    return res
+
 
 # %% ../nbs/07_batching.ipynb #07c00021
 def left_pad(seqs:list[list[int]], pad_id:int=0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,6 +76,8 @@ class Request:
         self.finish_reason, self.status = None, 'new'
         self.t_arrival = self.t_first = self.t_done = None                 # perf_counter times, for latency metrics
         self.passes = self.drafted = self.accepted = self.preemptions = 0
+        self.computed = self.cached_tokens = self.registered = 0          # Engine: tokens in the cache, found cached, blocks registered
+        self.leader, self.siblings, self.hashes = None, [], None         # Engine: parallel samples of one prompt; block hashes
 
     @property
     def finished(self) -> bool: return self.finish_reason is not None
@@ -85,9 +107,11 @@ class Request:
         t0 = self.t_arrival or 0.0
         first = (self.t_first - t0) if self.t_first is not None else 0.0
         decode = (self.t_done - self.t_first) if self.t_done is not None and self.t_first is not None else 0.0
-        return Generation(self.asm.text, list(self.out), list(self.logprobs), self.finish_reason or 'length', list(self.prompt_ids),
-                          first, decode, list(self.tops) if self.params.logprobs else None, target_passes=self.passes or len(self.out),
-                          draft_tokens=self.drafted, accepted_tokens=self.accepted)
+        g = Generation(self.asm.text, list(self.out), list(self.logprobs), self.finish_reason or 'length', list(self.prompt_ids),
+                       first, decode, list(self.tops) if self.params.logprobs else None, target_passes=self.passes or len(self.out),
+                       draft_tokens=self.drafted, accepted_tokens=self.accepted)
+        g.cached_tokens = self.cached_tokens                               # prompt tokens found in the prefix cache (Engine)
+        return g
 
     def __repr__(self):
         return (f"Request({self.id!r}, {len(self.prompt_ids)} prompt tokens, {len(self.out)}/{self.params.max_new_tokens} generated, "
@@ -110,13 +134,13 @@ def is_batch(prompt) -> bool:
                      "(strings, chat-message lists or token-id lists); got a mix of " +
                      ", ".join(sorted({type(p).__name__ for p in prompt})))
 
-def batch_params(n:int, params=None, **kwargs) -> list[SamplingParams]:
-    "One `SamplingParams` per prompt, from `params` (None, one `SamplingParams` for all, or a list of `n`) and keyword overrides."
+def batch_params(count:int, params=None, **kwargs) -> list[SamplingParams]:
+    "One `SamplingParams` per prompt, from `params` (None, one `SamplingParams` for all, or a list of `count`) and keyword overrides."
     if isinstance(params, (list, tuple)):
-        if len(params) != n: raise ValueError(f"params: got {len(params)} SamplingParams for {n} prompts; pass one for all or one per prompt")
+        if len(params) != count: raise ValueError(f"params: got {len(params)} SamplingParams for {count} prompts; pass one for all or one per prompt")
         return [resolve_params(p, **kwargs) for p in params]
     p = resolve_params(params, **kwargs)
-    return [p] * n
+    return [p] * count
 
 # %% ../nbs/07_batching.ipynb #07c00020
 def forward_rows(model:Transformer, ids:torch.Tensor, cache:KVCache, pad:torch.Tensor, last_only:bool=False) -> torch.Tensor:
@@ -187,17 +211,32 @@ def generate_batch(llm:LLM, prompts:list, params=None, **kwargs) -> list[Generat
 # %% ../nbs/07_batching.ipynb #07c00031
 _single_generate = getattr(LLM.generate, 'single', LLM.generate)    # chapter 06's method (also after a reload)
 
+def generate_n(llm:LLM, prompts:list, plist:list[SamplingParams]) -> list:
+    "Serve `prompts` (some with `n` > 1) on an `Engine` sized for them: each prompt prefilled once, its blocks shared by its samples. One entry per prompt: a `Generation`, or a list of `n`."
+    lens = [len(encode_prompt(llm, q, pp.max_new_tokens)) for q, pp in zip(prompts, plist)]   # bad prompts: ValueError here
+    blocks = sum(pp.n * (-(-(L + pp.max_new_tokens) // 16) + 1) for L, pp in zip(lens, plist))   # every sample's own blocks, and one to copy
+    eng = Engine(llm, max_batch_size=sum(pp.n for pp in plist), num_blocks=blocks, block_size=16, max_tokens_per_step=None)
+    return eng.generate(prompts, plist)
+
 @patch
 def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, *, use_cache:bool=True,
              draft=None, num_draft_tokens:int|None=None, max_ngram:int=3, **kwargs):
-    "Generate a continuation of `prompt`, or of each prompt of a list (one static batch; a list of `Generation`s in input order)."
-    if not is_batch(prompt):
-        if isinstance(params, (list, tuple)): raise ValueError("a list of SamplingParams needs a list of prompts (one params per prompt)")
-        return _single_generate(self, prompt, max_new_tokens, params, use_cache=use_cache, draft=draft,
-                                num_draft_tokens=num_draft_tokens, max_ngram=max_ngram, **kwargs)
-    if not use_cache: raise ValueError("batched generation needs the KV cache (use_cache=True)")
+    """Generate a continuation of `prompt`, or of each prompt of a list (one static batch; a list of `Generation`s in input order).
+    With `n` > 1: `n` samples of each prompt (sample i seeded `seed + i`) served by an `Engine` that prefills the prompt once; a list of
+    `n` `Generation`s for one prompt, a list of such lists for a list of prompts."""
+    batch = is_batch(prompt)
+    if not batch and isinstance(params, (list, tuple)): raise ValueError("a list of SamplingParams needs a list of prompts (one params per prompt)")
     if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
-    plist = batch_params(len(prompt), params, **kwargs)
+    plist = batch_params(len(prompt) if batch else 1, params, **kwargs)
+    if any(pp.n > 1 for pp in plist):
+        if draft is not None: raise ValueError("n > 1 samples do not combine with a speculative draft here: drop draft= or ask for n=1")
+        if not use_cache: raise ValueError("n > 1 samples share the prompt's KV cache blocks: use_cache must be True")
+        out = generate_n(self, prompt if batch else [prompt], plist)
+        return out if batch else out[0]
+    if not batch:
+        return _single_generate(self, prompt, None, plist[0], use_cache=use_cache, draft=draft,
+                                num_draft_tokens=num_draft_tokens, max_ngram=max_ngram)
+    if not use_cache: raise ValueError("batched generation needs the KV cache (use_cache=True)")
     reqs = [Request(self, encode_prompt(self, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompt, plist))]
     if draft is None:
         if num_draft_tokens is not None or max_ngram != 3:
@@ -212,6 +251,7 @@ def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, *, use
 
 LLM.generate.single = _single_generate
 LLM.generate.plain = getattr(_single_generate, 'plain', _single_generate)
+
 
 # %% ../nbs/07_batching.ipynb #07c00070
 def batch_logits(llm:LLM, prompts:list, steps:int=1) -> list[torch.Tensor]:
@@ -288,8 +328,12 @@ class PagedKVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.block_size, self.num_blocks = block_size, num_blocks
         self._free = list(range(num_blocks - 1, -1, -1))                     # a stack: the lowest free block id is on top
+        self.ref = [0] * num_blocks                                        # how many block tables hold each block
         self.tables: dict = {}                                             # sequence id -> list of block ids
         self._len: dict = {}                                               # sequence id -> tokens stored
+        self.cached, self._hash_of = {}, {}                                # prefix caching (later): hash -> block, block -> hash
+        self._evictable = OrderedDict()                                    # cached blocks no table holds, least recently used first
+        self.copies = self.evictions = 0                                   # copy-on-write copies, cached blocks evicted
 
     @classmethod
     def for_model(cls, model, num_blocks:int, block_size:int=16, dtype=None, device=None) -> PagedKVCache:
@@ -300,8 +344,8 @@ class PagedKVCache:
     n_layers = property(lambda self: self.k.shape[0])
     dtype    = property(lambda self: self.k.dtype)
     device   = property(lambda self: self.k.device)
-    num_free_blocks = property(lambda self: len(self._free))
-    num_used_blocks = property(lambda self: self.num_blocks - len(self._free))
+    num_free_blocks = property(lambda self: len(self._free) + len(self._evictable))   # a cached block nobody holds can be reused
+    num_used_blocks = property(lambda self: self.num_blocks - self.num_free_blocks)
     nbytes   = property(lambda self: self.k.nbytes + self.v.nbytes)
     block_nbytes = property(lambda self: self.nbytes // self.num_blocks)
 
@@ -322,57 +366,85 @@ class PagedKVCache:
     def length(self, seq_id) -> int: return self._len[self._seq(seq_id)]
     def block_table(self, seq_id) -> list[int]: return list(self.tables[self._seq(seq_id)])
 
-    def blocks_needed(self, seq_id, n:int) -> int:
-        "New blocks `seq_id` needs to store `n` more tokens."
-        return max(0, self.blocks_for(self.length(seq_id) + n) - len(self.tables[seq_id]))
-
-    def can_grow(self, seq_id, n:int=1) -> bool: return self.blocks_needed(seq_id, n) <= len(self._free)
-
-    def grow(self, seq_id, n:int):
-        "Allocate blocks so that `seq_id` can store `n` more tokens; `OutOfBlocks` if the pool cannot."
-        need = self.blocks_needed(seq_id, n)
-        if need > len(self._free):
-            raise OutOfBlocks(f"PagedKVCache: sequence {seq_id!r} needs {need} more blocks, {len(self._free)} free of {self.num_blocks}")
-        self.tables[seq_id] += [self._free.pop() for _ in range(need)]
-
-    def free(self, seq_id):
-        "Give `seq_id`'s blocks back to the pool and forget the sequence."
-        self._free += reversed(self.tables.pop(self._seq(seq_id)))
-        del self._len[seq_id]
-
-    def set_length(self, seq_id, n:int):
-        "Keep the first `n` tokens of `seq_id` (rollback); blocks no longer needed go back to the pool."
-        if not 0 <= n <= self.length(seq_id): raise ValueError(f"PagedKVCache.set_length: n must be in 0..{self.length(seq_id)}, got {n}")
-        self._len[seq_id] = n
-        t = self.tables[seq_id]
-        while len(t) > self.blocks_for(n): self._free.append(t.pop())
-
-    def store(self, seq_id, k:torch.Tensor, v:torch.Tensor):
-        "Append keys and values computed elsewhere, `(L, H_kv, n, D)` for every layer, to `seq_id`'s next `n` positions (blocks allocated as needed)."
-        L, H, n, D = k.shape
-        if v.shape != k.shape or (L, H, D) != (self.n_layers, self.k.shape[2], self.k.shape[3]):
-            raise ValueError(f"PagedKVCache.store: k and v must both be (L={self.n_layers}, H_kv={self.k.shape[2]}, n, D={self.k.shape[3]}), "
-                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
-        self.grow(self._seq(seq_id), n)
-        bs, start = self.block_size, self._len[seq_id]
-        pos = torch.arange(start, start + n)
-        slots = (torch.tensor(self.tables[seq_id])[pos // bs] * bs + pos % bs).to(self.device)   # (n,) pool slots
-        self.k[:, slots] = k.transpose(1, 2).to(self.dtype)               # (L, n, H_kv, D)
-        self.v[:, slots] = v.transpose(1, 2).to(self.dtype)
-        self._len[seq_id] = start + n
-
-    def batch(self, seq_ids) -> PagedBatch:
-        "The sequences `seq_ids` (created if new) as the `cache` of one forward pass, one row each."
-        for s in seq_ids:
-            if s not in self.tables: self.add(s)
-        return PagedBatch(self, list(seq_ids))
-
     def stored_tokens(self) -> int: return sum(self._len.values())
 
     def __repr__(self):
         return (f"PagedKVCache({self.num_blocks} blocks x {self.block_size} slots, {self.num_used_blocks} used by {len(self.tables)} sequences, "
                 f"{self.stored_tokens()} tokens stored, {self.dtype}, {self.nbytes / 2**20:.1f} MiB)")
 
+
+# %% ../nbs/07_batching.ipynb #07c00051
+@patch
+def _alloc(self:PagedKVCache) -> int:
+    "A block for one table: a free one, else the least recently used cached block that no table holds (evicted); `OutOfBlocks` if none."
+    if self._free: b = self._free.pop()
+    elif self._evictable:
+        b, _ = self._evictable.popitem(last=False)                         # never a block in use: only unheld blocks are here
+        del self.cached[self._hash_of.pop(b)]; self.evictions += 1
+    else: raise OutOfBlocks(f"PagedKVCache: no free block of {self.num_blocks}")
+    self.ref[b] = 1
+    return b
+
+@patch
+def _release(self:PagedKVCache, b:int):
+    "One table lets go of block `b`; at zero holders it is free again (or, if cached, kept as the most recently used evictable block)."
+    self.ref[b] -= 1
+    if self.ref[b] == 0:
+        if b in self._hash_of: self._evictable[b] = None
+        else: self._free.append(b)
+
+@patch
+def _needs_copy(self:PagedKVCache, seq_id) -> bool:
+    "True when `seq_id`'s next token goes into a partly filled last block that another table also holds (copy on write)."
+    t = self.tables[seq_id]
+    return bool(t) and self._len[seq_id] % self.block_size != 0 and self.ref[t[-1]] > 1
+
+@patch
+def blocks_needed(self:PagedKVCache, seq_id, n:int) -> int:
+    "New blocks `seq_id` needs to store `n` more tokens (one more when its shared last block must be copied first)."
+    return max(0, self.blocks_for(self.length(seq_id) + n) - len(self.tables[seq_id])) + (n > 0 and self._needs_copy(seq_id))
+
+@patch
+def can_grow(self:PagedKVCache, seq_id, n:int=1) -> bool: return self.blocks_needed(seq_id, n) <= self.num_free_blocks
+
+@patch
+def grow(self:PagedKVCache, seq_id, n:int):
+    "Make room for `n` more tokens of `seq_id`: copy a shared partly filled last block, then allocate blocks; `OutOfBlocks` if the pool cannot."
+    need = self.blocks_needed(seq_id, n)
+    if need > self.num_free_blocks:
+        raise OutOfBlocks(f"PagedKVCache: sequence {seq_id!r} needs {need} more blocks, {self.num_free_blocks} free of {self.num_blocks}")
+    t = self.tables[seq_id]
+    if n > 0 and self._needs_copy(seq_id):                                 # copy on write: the others keep the original
+        old, new = t[-1], self._alloc()
+        bs = self.block_size
+        self.k[:, new * bs:(new + 1) * bs] = self.k[:, old * bs:(old + 1) * bs]
+        self.v[:, new * bs:(new + 1) * bs] = self.v[:, old * bs:(old + 1) * bs]
+        self._release(old); t[-1] = new; self.copies += 1
+    while len(t) < self.blocks_for(self._len[seq_id] + n): t.append(self._alloc())
+
+@patch
+def free(self:PagedKVCache, seq_id):
+    "Let go of `seq_id`'s blocks (each returns to the pool when no other table holds it) and forget the sequence."
+    for b in reversed(self.tables.pop(self._seq(seq_id))): self._release(b)
+    del self._len[seq_id]
+
+@patch
+def set_length(self:PagedKVCache, seq_id, n:int):
+    "Keep the first `n` tokens of `seq_id` (rollback); blocks no longer needed are let go."
+    if not 0 <= n <= self.length(seq_id): raise ValueError(f"PagedKVCache.set_length: n must be in 0..{self.length(seq_id)}, got {n}")
+    self._len[seq_id] = n
+    t = self.tables[seq_id]
+    while len(t) > self.blocks_for(n): self._release(t.pop())
+
+@patch
+def batch(self:PagedKVCache, seq_ids) -> PagedBatch:
+    "The sequences `seq_ids` (created if new) as the `cache` of one forward pass, one row each."
+    for s in seq_ids:
+        if s not in self.tables: self.add(s)
+    return PagedBatch(self, list(seq_ids))
+
+
+# %% ../nbs/07_batching.ipynb #07c00052
 class PagedBatch:
     "Rows `seq_ids` of a `PagedKVCache`, with what the model calls on a cache: `lengths`, `update` (write, then gather through the block tables) and `advance`."
     def __init__(self, pool:PagedKVCache, seq_ids:list):
@@ -430,6 +502,8 @@ def cache_waste(lengths:list[int], max_len:int, block_size:int=16) -> dict:
     return dict(used=used, prealloc=prealloc, paged=paged, prealloc_waste=1 - used / prealloc, paged_waste=1 - used / paged)
 
 # %% ../nbs/07_batching.ipynb #07c00060
+DEFAULT_TOKENS_PER_STEP = 256   # measured in the section on chunked prefill
+
 @dataclass
 class StepOutput:
     "What one request produced in one `Engine.step`."
@@ -439,32 +513,30 @@ class StepOutput:
     finished: bool = False
     finish_reason: str | None = None      # "stop", "length" or "cancelled" once finished
 
-def prefill_groups(lengths:list[int], max_waste:float=0.25) -> list[list[int]]:
-    "Indices of `lengths` in groups of similar length (shortest first) such that left-padding each group to its longest wastes at most `max_waste` of its real tokens."
-    if max_waste < 0: raise ValueError(f"max_waste must be >= 0, got {max_waste}")
-    groups, cur, total = [], [], 0
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if cur and lengths[i] * (len(cur) + 1) > (1 + max_waste) * (total + lengths[i]):   # sorted: lengths[i] is the new longest
-            groups.append(cur); cur, total = [], 0
-        cur.append(i); total += lengths[i]
-    return groups + [cur] if cur else groups
-
 class Engine:
     "Continuous batching: requests join and leave between steps (iteration-level scheduling), their keys and values in a `PagedKVCache`."
     def __init__(self, llm:LLM, max_batch_size:int=16,
-                 num_blocks:int|None=None,  # blocks in the pool; default enough for max_batch_size rows of 512 tokens (and one full context)
-                 block_size:int=16,         # slots per block
-                 batch_prefill:bool=False): # prefill the requests admitted in one step together (left-padded groups of similar length)
-        for name, v in (('max_batch_size', max_batch_size), ('block_size', block_size)) + ((('num_blocks', num_blocks),) if num_blocks is not None else ()):
+                 num_blocks:int|None=None,        # blocks in the pool; default enough for max_batch_size rows of 512 tokens (and one full context)
+                 block_size:int=16,               # slots per block
+                 max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP,  # token budget of one step (decode rows + prefill chunks); None: no limit
+                 prefix_caching:bool=False):      # keep full prompt blocks after a request ends and reuse them for equal prefixes
+        ints = dict(max_batch_size=max_batch_size, block_size=block_size, num_blocks=num_blocks, max_tokens_per_step=max_tokens_per_step)
+        for name, v in ints.items():
+            if v is None and name in ('num_blocks', 'max_tokens_per_step'): continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"Engine: {name} must be an integer >= 1, got {v!r}")
-        self.llm, self.max_batch_size, self.batch_prefill = llm, max_batch_size, batch_prefill
+        if max_tokens_per_step is not None and max_tokens_per_step < max_batch_size:
+            raise ValueError(f"Engine: max_tokens_per_step ({max_tokens_per_step}) must be >= max_batch_size ({max_batch_size}), "
+                             f"so that every running request can decode in every step")
+        if not isinstance(prefix_caching, bool): raise ValueError(f"Engine: prefix_caching must be True or False, got {prefix_caching!r}")
+        self.llm, self.max_batch_size, self.max_tokens_per_step, self.prefix_caching = llm, max_batch_size, max_tokens_per_step, prefix_caching
         if num_blocks is None: num_blocks = max(-(-llm.config.max_seq_len // block_size), -(-max_batch_size * 512 // block_size))
         self.cache = PagedKVCache.for_model(llm.model, num_blocks, block_size)
-        self.waiting, self.running = deque(), []                           # queue, and requests in the batch (oldest first)
+        self.waiting, self.running = deque(), []                           # queue, and admitted requests (oldest first)
         self.requests, self.results = {}, {}                               # id -> Request, id -> Generation of finished ones
         self.steps, self.log, self._next_id, self._preempted_now = 0, [], 0, 0   # log: one dict per step, for timelines
 
-    def _request(self, prompt, params=None, **kwargs) -> Request:
+    def _request(self, prompt, params=None, **kwargs) -> list[Request]:
+        "The requests of one prompt: one, or `params.n` samples that share its prompt (bad input: ValueError, nothing queued)."
         p = resolve_params(params, **kwargs)                               # bad settings: ValueError here
         ids = encode_prompt(self.llm, prompt, p.max_new_tokens)            # empty, too long for the context: ValueError
         need = self.cache.blocks_for(len(ids) + max(p.max_new_tokens - 1, 0))
@@ -472,109 +544,31 @@ class Engine:
             raise ValueError(f"request needs {need} blocks of {self.cache.block_size} slots (prompt {len(ids)} + max_new_tokens "
                              f"{p.max_new_tokens}) but the pool holds {self.cache.num_blocks}; ask for fewer tokens or make "
                              f"an Engine with more num_blocks")
-        return Request(self.llm, ids, p)
+        if p.n > self.max_batch_size:
+            raise ValueError(f"n={p.n} samples run as {p.n} rows of one batch, but max_batch_size is {self.max_batch_size}; "
+                             f"ask for n <= {self.max_batch_size} or make an Engine with a larger max_batch_size")
+        return [Request(self.llm, ids, q) for q in sample_params(p)]       # sample i: seed + i (chapter 03's rule)
 
-    def _enqueue(self, r:Request) -> int:
-        r.id, self._next_id = self._next_id, self._next_id + 1
-        r.t_arrival, r.status = r.t_arrival or time.perf_counter(), 'waiting'
-        self.requests[r.id] = r
-        if r.params.max_new_tokens == 0: r.finish_reason = 'length'; self._retire(r)
-        else: self.waiting.append(r)
-        return r.id
+    def _enqueue(self, group:list[Request]) -> list[int]:
+        for r in group:
+            r.id, self._next_id = self._next_id, self._next_id + 1
+            r.t_arrival, r.status = r.t_arrival or time.perf_counter(), 'waiting'
+            self.requests[r.id] = r
+        lead = group[0]
+        if lead.params.max_new_tokens == 0:
+            for r in group: r.finish_reason = 'length'; self._retire(r)
+        else:
+            lead.siblings = group[1:]                                      # prefilled once with the leader, then forked
+            for r in group[1:]: r.leader = lead
+            self.waiting.append(lead)
+        return [r.id for r in group]
 
-    def submit(self, prompt, params:SamplingParams|None=None, **kwargs) -> int:
-        "Queue a request (a prompt with its `SamplingParams` or keyword settings); returns its id. Bad input raises a ValueError here."
-        return self._enqueue(self._request(prompt, params, **kwargs))
-
-    def _retire(self, r:Request):
-        if r.id in self.cache.tables: self.cache.free(r.id)
-        if r in self.running: self.running.remove(r)
-        r.status, r.t_done = 'done', time.perf_counter()
-        self.results[r.id] = r.result()
-
-    def cancel(self, request_id) -> Generation:
-        "Stop a request now; its `Generation` (finish_reason 'cancelled') holds what it produced so far. A finished request's result is returned unchanged."
-        r = self.requests.get(request_id)
-        if r is None: raise ValueError(f"Engine.cancel: unknown request id {request_id!r}")
-        if r.status != 'done':
-            if r in self.waiting: self.waiting.remove(r)
-            r.finish_reason = 'cancelled'
-            self._retire(r)
-        return self.results[request_id]
-
-    def _preempt(self, r:Request):
-        "Free `r`'s blocks and queue it first in line; it keeps its tokens and recomputes their keys and values when readmitted."
-        self.cache.free(r.id)
-        self.running.remove(r)
-        r.status, r.preemptions = 'preempted', r.preemptions + 1
-        self.waiting.appendleft(r)
-        self._preempted_now += 1
+    def submit(self, prompt, params:SamplingParams|None=None, **kwargs) -> int|list[int]:
+        "Queue a request (a prompt with its `SamplingParams` or keyword settings); returns its id, or with `n` > 1 the ids of its `n` samples. Bad input raises a ValueError here."
+        ids = self._enqueue(self._request(prompt, params, **kwargs))
+        return ids[0] if len(ids) == 1 else ids
 
     def has_unfinished(self) -> bool: return bool(self.waiting or self.running)
-
-    def step(self) -> dict[int, StepOutput]:
-        "One iteration: reserve a slot for every running request (preempting the newest if blocks run out), admit and prefill waiting requests, decode one token for every running one, retire the finished."
-        model, dev, t0 = self.llm.model, self.llm.device, time.perf_counter()
-        states, outs = {r.id: r.status for r in self.waiting}, {}
-        decode, self._preempted_now = [], 0
-        for r in list(self.running):                                       # oldest first: they keep their blocks
-            if r not in self.running: continue                             # preempted for an older request already
-            while not self.cache.can_grow(r.id, 1):
-                self._preempt(self.running[-1])                            # the newest request gives its blocks back
-                if r not in self.running: break
-            if r in self.running: self.cache.grow(r.id, 1); decode.append(r)
-        for r in self.waiting: states[r.id] = r.status
-        admitted = []
-        while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
-            if self._preempted_now: break                                 # blocks are short: no new prefill this step
-            r = self.waiting[0]
-            n = len(r.prompt_ids) + len(r.out)                             # after a preemption: recompute its tokens too
-            if self.cache.blocks_for(n) > self.cache.num_free_blocks: break
-            self.waiting.popleft()
-            self.cache.add(r.id); self.cache.grow(r.id, n)
-            admitted.append(r)
-        with torch.inference_mode():
-            if admitted: self._prefill(admitted, outs)
-            for r in admitted: states[r.id] = 'prefill'
-            if decode:                                                     # one token for every running request
-                x = torch.tensor([[r.out[-1]] for r in decode], device=dev)   # (B, 1) each row's newest token
-                logits = model(x, cache=self.cache.batch([r.id for r in decode]), last_only=True)[:, -1]   # (B, V)
-                self._emit(decode, logits, outs)
-                for r in decode: states[r.id] = 'decode'
-        for r in admitted:
-            if not r.finished: r.status = 'running'; self.running.append(r)
-        for r in list(decode) + admitted:
-            if r.finished: self._retire(r)
-        self.steps += 1
-        self.log.append(dict(t0=t0, t1=time.perf_counter(), states=states, used_blocks=self.cache.num_used_blocks,
-                             running=len(self.running), waiting=len(self.waiting)))
-        return outs
-
-    def _prefill(self, reqs:list[Request], outs:dict):
-        "Prefill `reqs` (their prompts and, after a preemption, their tokens so far) and emit each one's first new token."
-        model, dev = self.llm.model, self.llm.device
-        if not self.batch_prefill:                                         # one request at a time, through its block table
-            for r in reqs:
-                ids = torch.tensor([r.prompt_ids + r.out], device=dev)
-                self._emit([r], model(ids, cache=self.cache.batch([r.id]), last_only=True)[:, -1], outs)
-            return
-        for group in prefill_groups([len(r.prompt_ids) + len(r.out) for r in reqs]):
-            rs = [reqs[i] for i in group]
-            ids, pad = left_pad([r.prompt_ids + r.out for r in rs])       # (G, P) as static batching does
-            scratch = KVCache.for_model(model, len(rs), ids.shape[1])      # a contiguous cache for this pass only
-            logits = forward_rows(model, ids.to(dev), scratch, pad, last_only=True)[:, -1]   # (G, V)
-            for b, r in enumerate(rs):                                     # each row's keys/values, padding dropped, into its blocks
-                self.cache.store(r.id, scratch.k[:, b, :, int(pad[b]):], scratch.v[:, b, :, int(pad[b]):])
-            self._emit(rs, logits, outs)
-
-    def _emit(self, reqs:list[Request], logits:torch.Tensor, outs:dict):
-        nxt, lp = pick_rows(reqs, logits)
-        now = time.perf_counter()
-        for b, (r, t) in enumerate(zip(reqs, nxt)):
-            piece = r.add(t, lp[b])
-            if r.finished: piece += r.asm.flush()                          # the text held back for a possible stop string, now final
-            if r.t_first is None: r.t_first = now
-            outs[r.id] = StepOutput(r.id, [t], piece, r.finished, r.finish_reason)
 
     def result(self, request_id) -> Generation|None:
         "The `Generation` of a finished (or cancelled) request, None while it runs."
@@ -586,18 +580,311 @@ class Engine:
         while self.has_unfinished(): self.step()
         return dict(self.results)
 
-    def generate(self, prompts, params=None, **kwargs) -> list[Generation]:
-        "Submit every prompt (all are checked first: one bad request submits none) and step until they finish; `Generation`s in input order."
+    def generate(self, prompts, params=None, **kwargs) -> list:
+        """Submit every prompt (all are checked first: one bad request submits none) and step until they finish. Returns one entry per prompt,
+        in input order: a `Generation`, or with `n` > 1 a list of `n` `Generation`s (sample i seeded `seed + i`)."""
         if not is_batch(prompts): prompts = [prompts]
         plist = batch_params(len(prompts), params, **kwargs)
-        reqs = [self._request(p, pp) for p, pp in zip(prompts, plist)]
-        ids = [self._enqueue(r) for r in reqs]
-        while any(i not in self.results for i in ids): self.step()
-        return [self.results[i] for i in ids]
+        groups = [self._request(p, pp) for p, pp in zip(prompts, plist)]
+        ids = [self._enqueue(g) for g in groups]
+        while any(i not in self.results for g in ids for i in g): self.step()
+        return [self.results[g[0]] if pp.n == 1 else [self.results[i] for i in g] for g, pp in zip(ids, plist)]
 
     def __repr__(self):
-        return (f"Engine(max_batch_size={self.max_batch_size}, {len(self.waiting)} waiting, {len(self.running)} running, "
-                f"{len(self.results)} finished, {self.steps} steps; {self.cache!r})")
+        return (f"Engine(max_batch_size={self.max_batch_size}, max_tokens_per_step={self.max_tokens_per_step}, prefix_caching={self.prefix_caching}, "
+                f"{len(self.waiting)} waiting, {len(self.running)} running, {len(self.results)} finished, {self.steps} steps; {self.cache!r})")
+
+
+# %% ../nbs/07_batching.ipynb #07c00061
+@patch
+def _retire(self:Engine, r:Request):
+    if r.id in self.cache.tables: self.cache.free(r.id)
+    if r in self.running: self.running.remove(r)
+    r.status, r.t_done = 'done', time.perf_counter()
+    self.results[r.id] = r.result()
+
+@patch
+def _hand_over(self:Engine, r:Request, at:int=0):
+    "`r` leaves before its samples were forked from it: the next sample leads the rest and waits in line at position `at`."
+    if not r.siblings: return
+    lead, rest = r.siblings[0], r.siblings[1:]
+    lead.leader, lead.siblings, r.siblings = None, rest, []
+    for s in rest: s.leader = lead
+    self.waiting.insert(at, lead)
+
+@patch
+def cancel(self:Engine, request_id) -> Generation:
+    "Stop a request now; its `Generation` (finish_reason 'cancelled') holds what it produced so far. A finished request's result is returned unchanged."
+    r = self.requests.get(request_id)
+    if r is None: raise ValueError(f"Engine.cancel: unknown request id {request_id!r}")
+    if r.status != 'done':
+        if r.leader is not None and r in r.leader.siblings: r.leader.siblings.remove(r)   # a sample not forked yet
+        at = 0
+        if r in self.waiting: at = self.waiting.index(r); self.waiting.remove(r)
+        self._hand_over(r, at)
+        r.finish_reason = 'cancelled'
+        self._retire(r)
+    return self.results[request_id]
+
+@patch
+def _preempt(self:Engine, r:Request):
+    "Let go of `r`'s blocks and queue it first in line; it keeps its tokens and recomputes their keys and values when readmitted."
+    self.cache.free(r.id)
+    self.running.remove(r)
+    r.computed, r.status, r.preemptions = 0, 'preempted', r.preemptions + 1
+    self.waiting.appendleft(r)                                             # its unforked samples stay with it
+    self._preempted_now += 1
+
+@patch
+def _rows(self:Engine) -> int:
+    "Batch rows taken: every admitted request, and the samples that will be forked from it."
+    return sum(1 + len(r.siblings) for r in self.running)
+
+
+# %% ../nbs/07_batching.ipynb #07c00062
+class SegmentedAttention:
+    """Stands in for the attention mask of a packed step. The model calls `F.scaled_dot_product_attention(q, k, v, attn_mask=<this>)`;
+    through PyTorch's `__torch_function__` protocol this object takes the call over and attends each row of the pack to its own keys:
+    every one-token row in one batched call, each longer chunk in a causal call of its own."""
+    def __init__(self, batch:PackedBatch): self.batch = batch
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is not F.scaled_dot_product_attention: return NotImplemented
+        q = args[0]
+        return kwargs.pop('attn_mask').batch.attend(q, enable_gqa=kwargs.get('enable_gqa', False))
+
+class PackedBatch:
+    "The rows of one engine step, packed into one sequence of N new tokens: row i brings `n_i` tokens at positions `start_i..start_i + n_i - 1`."
+    def __init__(self, pool:PagedKVCache, rows:list[tuple]):             # rows: (seq_id, start, n), blocks already grown
+        bs, dev = pool.block_size, pool.device
+        self.pool, self.rows, self.layer = pool, rows, 0
+        slot = lambda s, p: pool.tables[s][p // bs] * bs + p % bs           # pool slot of position p of sequence s
+        self.write = torch.tensor([slot(s, p) for s, a, n in rows for p in range(a, a + n)], device=dev)   # (N,)
+        self.pos = torch.tensor([[p for s, a, n in rows for p in range(a, a + n)]], device=dev)          # (1, N)
+        offs = [0]
+        for s, a, n in rows: offs.append(offs[-1] + n)
+        one = [i for i, (s, a, n) in enumerate(rows) if n == 1]              # decode rows (and one-token chunks)
+        self.one_idx = torch.tensor([offs[i] for i in one], device=dev)      # their places in the pack
+        S = max((rows[i][1] + 1 for i in one), default=0)
+        self.one_read = torch.tensor([[slot(rows[i][0], p) if p <= rows[i][1] else 0 for p in range(S)] for i in one],
+                                     dtype=torch.long, device=dev).reshape(len(one), S)   # (B1, S) padding reads slot 0
+        lens = [rows[i][1] + 1 for i in one]
+        self.one_mask = (None if len(set(lens)) <= 1 else
+                         (torch.arange(S)[None] < torch.tensor(lens)[:, None])[:, None, None].to(dev))   # (B1, 1, 1, S)
+        self.chunks = []                                                   # (offset, n, slots of positions 0..start+n-1, mask)
+        for i, (s, a, n) in enumerate(rows):
+            if n == 1: continue
+            read = torch.tensor([slot(s, p) for p in range(a + n)], device=dev)
+            mask = None if a == 0 else (torch.arange(a + n)[None] <= a + torch.arange(n)[:, None]).to(dev)   # (n, a+n) causal
+            self.chunks.append((offs[i], n, read, mask))
+        self.mask = SegmentedAttention(self)
+
+    def update(self, layer:int, k:torch.Tensor, v:torch.Tensor):
+        "Write the pack's new keys/values `(1, H_kv, N, D)` into their slots; attention then reads through `self.mask`."
+        kp, vp = self.pool.k[layer], self.pool.v[layer]                    # (slots, H_kv, D)
+        kp.index_copy_(0, self.write, k[0].transpose(0, 1).to(kp.dtype))
+        vp.index_copy_(0, self.write, v[0].transpose(0, 1).to(vp.dtype))
+        self.layer = layer
+        return k, v, self.mask
+
+    def attend(self, q:torch.Tensor, enable_gqa:bool=False) -> torch.Tensor:
+        "Attention output `(1, H, N, D)` for the packed queries `q` `(1, H, N, D)`, each row over its own sequence's keys."
+        kp, vp = self.pool.k[self.layer], self.pool.v[self.layer]          # (slots, H_kv, D)
+        H_kv, D = kp.shape[1:]
+        y = torch.empty_like(q)
+        sdpa = F.scaled_dot_product_attention
+        if len(self.one_idx):                                              # one batched call for every one-token row
+            B1, S = self.one_read.shape
+            K = kp[self.one_read].transpose(1, 2)                          # (B1, H_kv, S, D): a gather through the block tables
+            V = vp[self.one_read].transpose(1, 2)
+            q1 = q[0, :, self.one_idx].transpose(0, 1)[:, :, None]         # (B1, H, 1, D)
+            y[0, :, self.one_idx] = sdpa(q1, K, V, attn_mask=self.one_mask, enable_gqa=enable_gqa)[:, :, 0].transpose(0, 1)
+        for o, n, read, mask in self.chunks:                               # a causal call per chunk, over its prefix and itself
+            K, V = kp[read].transpose(0, 1)[None], vp[read].transpose(0, 1)[None]   # (1, H_kv, a+n, D)
+            y[:, :, o:o + n] = sdpa(q[:, :, o:o + n], K, V, attn_mask=mask, is_causal=mask is None, enable_gqa=enable_gqa)
+        return y
+
+    def advance(self, T:int):
+        for s, a, n in self.rows: self.pool._len[s] = a + n
+
+def forward_packed(model:Transformer, ids:torch.Tensor, batch:PackedBatch, out_rows:list[int]) -> torch.Tensor:
+    "The model's forward pass over a packed step `ids` `(1, N)`; logits `(len(out_rows), V)` only at the pack positions `out_rows` (the head is the costliest layer)."
+    x = model.embed_tokens(ids)                                            # (1, N, C)
+    cos, sin = rope_tables(batch.pos, model.cfg.head_dim, model.cfg.rope_theta, x.dtype)   # each token at its own position
+    for layer in model.layers: x = layer(x, cos, sin, batch, None)
+    batch.advance(ids.shape[1])
+    x = model.norm(x[0, out_rows])                                         # (R, C) only the rows that pick a token
+    logits = F.linear(x, model.embed_tokens.weight) if model.lm_head is None else linear(model.lm_head, x)
+    return logits.float()                                                  # (R, V)
+
+
+# %% ../nbs/07_batching.ipynb #07c00063
+@patch
+def _schedule(self:Engine) -> dict:
+    "Choose this step's rows: `{request: new tokens}` (decode rows first, then prefill chunks, then new requests), preempting the newest when blocks run out."
+    budget, bs, sched = self.max_tokens_per_step or math.inf, self.cache.block_size, {}
+    todo = lambda r: len(r.prompt_ids) + len(r.out) - r.computed           # tokens not yet in the cache
+    for decoding in (True, False):                                         # 1. one token per decoding request, 2. prefill chunks
+        for r in list(self.running):                                       # oldest first: they keep their blocks
+            if r not in self.running or r in sched or (todo(r) == 1) != decoding or budget <= 0: continue
+            n = min(todo(r), budget)
+            while not self.cache.can_grow(r.id, n):
+                victim = self.running[-1]                                  # the newest request gives its blocks back
+                self._preempt(victim); budget += sched.pop(victim, 0)
+                if victim is r: break
+            if r in self.running: self.cache.grow(r.id, n); sched[r] = n; budget -= n
+    while self.waiting and not self._preempted_now and budget > 0:        # 3. admit: not in a step that had to preempt
+        r = self.waiting[0]
+        if self._rows() + 1 + len(r.siblings) > self.max_batch_size: break
+        toks, hit = r.prompt_ids + r.out, []
+        if self.prefix_caching:                                            # full blocks of its prompt computed before
+            if r.hashes is None: r.hashes = block_hashes(r.prompt_ids, bs)
+            hit = self.cache.lookup(r.hashes[:(len(toks) - 1) // bs])      # the last token is always computed: it gives the logits
+        unheld = sum(self.cache.ref[b] == 0 for b in hit)                  # cached blocks nobody holds count as free ones
+        if self.cache.blocks_for(len(toks)) - len(hit) + unheld > self.cache.num_free_blocks: break   # room for all its tokens
+        self.waiting.popleft()
+        self.cache.add(r.id)
+        if hit: self.cache.share(r.id, hit)
+        r.registered, r.computed = len(hit), len(hit) * bs
+        r.cached_tokens += r.computed
+        n = min(len(toks) - r.computed, budget)
+        self.cache.grow(r.id, n)
+        r.status = 'prefill'; self.running.append(r); sched[r] = n; budget -= n
+    return sched
+
+@patch
+def step(self:Engine) -> dict[int, StepOutput]:
+    "One iteration: schedule rows under the token budget, run them in one packed forward pass, emit a token for every row whose tokens are all in the cache, retire the finished."
+    t0, outs = time.perf_counter(), {}
+    self._preempted_now = 0
+    states = {r.id: r.status for r in self.waiting}
+    sched = self._schedule()
+    for r in self.waiting: states[r.id] = r.status                         # 'waiting', or 'preempted' (also just now)
+    carried = dict(decode_rows=0, prefill_tokens=0)
+    for r, n in sched.items():
+        kind = 'decode' if r.status == 'decode' else 'prefill'
+        states[r.id] = kind
+        if kind == 'decode': carried['decode_rows'] += 1
+        else: carried['prefill_tokens'] += n
+    if sched:
+        with torch.inference_mode(): emitted = self._forward(sched, outs)
+        for r in emitted:
+            if r.id not in states: states[r.id] = 'prefill'                # forked samples: their first token
+            if r.finished: self._retire(r)
+    self.steps += 1
+    self.log.append(dict(t0=t0, t1=time.perf_counter(), states=states, used_blocks=self.cache.num_used_blocks, running=len(self.running),
+                         waiting=len(self.waiting), budget=self.max_tokens_per_step, **carried))
+    return outs
+
+
+# %% ../nbs/07_batching.ipynb #07c00064
+@patch
+def _forward(self:Engine, sched:dict, outs:dict) -> list[Request]:
+    "Run the scheduled rows in one packed pass; emit a token for each row that has all its tokens in the cache (forking a leader's samples first)."
+    rows, ids, out_rows, emit = [], [], [], []
+    for r, n in sched.items():
+        toks = r.prompt_ids + r.out
+        ids += toks[r.computed:r.computed + n]
+        rows.append((r.id, r.computed, n))
+        if r.computed + n == len(toks): out_rows.append(len(ids) - 1); emit.append(r)   # its last token gives the next one's logits
+    logits = forward_packed(self.llm.model, torch.tensor([ids], device=self.llm.device), PackedBatch(self.cache, rows), out_rows)
+    bs = self.cache.block_size
+    for r, n in sched.items():
+        r.computed += n
+        if self.prefix_caching and (full := min(r.computed, len(r.prompt_ids)) // bs) > r.registered:
+            self.cache.register(r.id, r.hashes[:full], r.registered); r.registered = full
+    reqs, idx = [], []
+    for j, r in enumerate(emit):
+        reqs.append(r); idx.append(j)
+        for s in r.siblings:                                               # parallel samples: the prompt was prefilled once, for all
+            assert not r.out, "samples fork from the prompt alone"
+            self.cache.fork(r.id, s.id)
+            s.computed, s.leader, s.status, s.hashes, s.registered = r.computed, None, 'prefill', r.hashes, r.registered
+            self.running.append(s); reqs.append(s); idx.append(j)          # same logits, each with its own generator
+        r.siblings = []
+    self._emit(reqs, logits[idx], outs)
+    return reqs
+
+@patch
+def _emit(self:Engine, reqs:list[Request], logits:torch.Tensor, outs:dict):
+    nxt, lp = pick_rows(reqs, logits)
+    now = time.perf_counter()
+    for b, (r, t) in enumerate(zip(reqs, nxt)):
+        piece = r.add(t, lp[b])
+        if r.finished: piece += r.asm.flush()                              # the text held back for a possible stop string, now final
+        if r.t_first is None: r.t_first = now
+        r.status = 'decode'
+        outs[r.id] = StepOutput(r.id, [t], piece, r.finished, r.finish_reason)
+
+
+# %% ../nbs/07_batching.ipynb #07c00065
+def block_hashes(tokens:list[int], block_size:int) -> list[bytes]:
+    "One hash per full block of `tokens`: SHA-256 of the previous block's hash and this block's token ids, so equal hashes mean equal prefixes."
+    out, h = [], b''
+    for i in range(len(tokens) // block_size):
+        h = hashlib.sha256(h + array('q', tokens[i * block_size:(i + 1) * block_size]).tobytes()).digest()
+        out.append(h)
+    return out
+
+@patch
+def lookup(self:PagedKVCache, hashes:list[bytes]) -> list[int]:
+    "The cached blocks holding the longest run of `hashes` from the first one (a prefix of the text they stand for)."
+    blocks = []
+    for h in hashes:
+        if (b := self.cached.get(h)) is None: break
+        blocks.append(b)
+    return blocks
+
+@patch
+def share(self:PagedKVCache, seq_id, blocks:list[int]):
+    "Start the empty sequence `seq_id` with `blocks` (full blocks of a known prefix) in its table: one more holder each, nothing computed."
+    if self.tables[self._seq(seq_id)]: raise ValueError(f"PagedKVCache.share: sequence {seq_id!r} is not empty")
+    for b in blocks:
+        if self.ref[b] == 0: del self._evictable[b]                         # back in use: no longer evictable
+        self.ref[b] += 1
+    self.tables[seq_id], self._len[seq_id] = list(blocks), len(blocks) * self.block_size
+
+@patch
+def register(self:PagedKVCache, seq_id, hashes:list[bytes], start:int=0):
+    "Record blocks `start..len(hashes)-1` of `seq_id` (full, computed) under their hashes, so later requests with the same prefix find them."
+    t = self.tables[self._seq(seq_id)]
+    for i in range(start, len(hashes)):
+        b = t[i]
+        if hashes[i] not in self.cached and b not in self._hash_of: self.cached[hashes[i]], self._hash_of[b] = b, hashes[i]
+
+
+# %% ../nbs/07_batching.ipynb #07c00083
+def plot_blocks(cache:PagedKVCache, seqs:dict, fig=None, title:str|None=None):
+    "Block tables of `seqs` (label -> sequence id in `cache`) as rows of boxes: each box a block id with its reference count; shared blocks darker."
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+    fig = fig or Figure(figsize=(9, 0.5 * len(seqs) + 0.9), dpi=80)
+    ax = fig.subplots()
+    width = max(len(cache.tables[s]) for s in seqs.values())
+    for y, (label, s) in enumerate(seqs.items()):
+        for x, b in enumerate(cache.tables[s]):
+            ref = cache.ref[b]
+            ax.add_patch(Rectangle((x, -y - 0.9), 0.92, 0.8, color=('C0' if ref > 1 else '#cfe0f1'), ec='k', lw=0.5))
+            ax.text(x + 0.46, -y - 0.5, f"#{b}\nref {ref}", ha='center', va='center', fontsize=7, color='w' if ref > 1 else 'k')
+    ax.set(xlim=(-0.1, max(width, 8)), ylim=(-len(seqs) - 0.1, 0.1), xticks=[])
+    ax.set_yticks([-y - 0.5 for y in range(len(seqs))], list(seqs), fontsize=8)
+    for side in ('top', 'right', 'bottom', 'left'): ax.spines[side].set_visible(False)
+    ax.tick_params(left=False)
+    if title: ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# %% ../nbs/07_batching.ipynb #07c00066
+@patch
+def fork(self:PagedKVCache, src, dst):
+    "A new sequence `dst` holding exactly `src`'s blocks and length (parallel samples of one prompt); written blocks are copied on write."
+    self.add(dst)
+    for b in self.tables[self._seq(src)]: self.ref[b] += 1
+    self.tables[dst], self._len[dst] = list(self.tables[src]), self._len[src]
+
 
 # %% ../nbs/07_batching.ipynb #07c00030
 def _draft_picker(params:SamplingParams, n_prompt:int, eos, gen, dev):
@@ -667,6 +954,19 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
                 live = [live[b] for b in keep]
     return [r.result() for r in reqs]
 
+# %% ../nbs/07_batching.ipynb #07c00081
+def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
+    "Output tokens per second over the whole run, time to first token and time per output token (p50, p99), mean time in the system (seconds times `scale`: ms by default)."
+    import numpy as np
+    ttft = np.array([r['first'] - r['arrival'] for r in rows]) * scale
+    tpot = np.array([(r['done'] - r['first']) / (r['tokens'] - 1) for r in rows if r['tokens'] > 1]) * scale
+    span = max(r['done'] for r in rows) - min(r['arrival'] for r in rows)
+    pc = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")
+    return dict(throughput=sum(r["tokens"] for r in rows) / span, ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
+                tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows),
+                mean_latency=float(np.mean([r['done'] - r['arrival'] for r in rows])) * scale)   # W of Little's law
+
+
 # %% ../nbs/07_batching.ipynb #07c00080
 @dataclass
 class Arrival:
@@ -732,36 +1032,35 @@ def serve_engine(llm:LLM, work:list[Arrival], max_batch_size:int=16, engine:Engi
     return [dict(arrival=(r := eng.requests[i]).t_arrival - start, first=r.t_first - start, done=r.t_done - start, tokens=len(r.out))
             for i in rids]
 
-def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
-    "Output tokens per second over the whole run, time to first token and time per output token (p50, p99; seconds times `scale`: ms by default)."
-    import numpy as np
-    ttft = np.array([r['first'] - r['arrival'] for r in rows]) * scale
-    tpot = np.array([(r['done'] - r['first']) / (r['tokens'] - 1) for r in rows if r['tokens'] > 1]) * scale
-    span = max(r['done'] for r in rows) - min(r['arrival'] for r in rows)
-    pc = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")
-    return dict(throughput=sum(r["tokens"] for r in rows) / span, ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
-                tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows))
-
 def serving_bench(llm:LLM, rates=(1, 2, 4, math.inf), n:int=48, seed:int=0, max_batch_size:int=16, workload_kw:dict|None=None,
-                  systems=('one at a time', 'static', 'engine'), file=None) -> list[dict]:
-    "The same Poisson workloads (one per rate) served one at a time, by static batching and by the `Engine`; prints a table, returns its rows."
+                  systems=('one at a time', 'static', 'engine'), engines:dict|None=None, work=None, file=None) -> list[dict]:
+    """The same Poisson workloads (one per rate; or `work` itself) served by each of `systems`: 'one at a time', 'static' (batching),
+    'engine' (the `Engine` with its default token budget) and 'engine, no budget' (every admitted prompt prefilled whole in one step).
+    Prints the machine, a table, and returns its rows; the engines used are kept in `engines` (a dict, keyed by rate and system) when given."""
     file = file or sys.stdout
-    run = {'one at a time': lambda w: serve_one_at_a_time(llm, w), 'static': lambda w: serve_static(llm, w, max_batch_size),
-           'engine': lambda w: serve_engine(llm, w, max_batch_size)}
+    def eng(w, rate, name, **kw):
+        e = Engine(llm, max_batch_size, **kw)
+        if engines is not None: engines[(rate, name)] = e
+        return serve_engine(llm, w, engine=e)
+    run = {'one at a time': lambda w, r: serve_one_at_a_time(llm, w), 'static': lambda w, r: serve_static(llm, w, max_batch_size),
+           'engine': lambda w, r: eng(w, r, 'engine'), 'engine, no budget': lambda w, r: eng(w, r, 'engine, no budget', max_tokens_per_step=None)}
+    if (bad := [s for s in systems if s not in run]): raise ValueError(f"unknown system(s) {bad}; known: {list(run)}")
     llm.generate([[1, 2, 3]] * 2, max_new_tokens=2)                      # warm up
     out = []
-    print(f"{n} requests per rate, {llm.model.dtype}, max_batch_size={max_batch_size}, {torch.get_num_threads()} threads", file=file)
-    print(f"{'rate/s':>7} {'system':14}{'tok/s':>8}{'TTFT p50':>10}{'p99':>8}{'TPOT p50':>10}{'p99':>8}  (ms)", file=file)
+    print(f"{machine_info()}; load average {os.getloadavg()[0]:.2f}", file=file)
+    print(f"{n if work is None else len(work)} requests per rate, {llm.model.dtype}, max_batch_size={max_batch_size}", file=file)
+    print(f"{'rate/s':>7} {'system':18}{'tok/s':>8}{'TTFT p50':>10}{'p99':>8}{'TPOT p50':>10}{'p99':>8}  (ms)", file=file)
     for rate in rates:
-        work = poisson_workload(n, rate, seed, llm.config.vocab_size, **(workload_kw or {}))
+        w = work if work is not None else poisson_workload(n, rate, seed, llm.config.vocab_size, **(workload_kw or {}))
         for name in systems:
-            m = dict(rate=rate, system=name, **serving_metrics(run[name](work)))
+            t0 = time.perf_counter()
+            m = dict(rate=rate, system=name, **serving_metrics(run[name](w, rate)), seconds=time.perf_counter() - t0)
             out.append(m)
-            print(f"{rate:7.1f} {name:14}{m['throughput']:8.1f}{m['ttft_p50']:10.0f}{m['ttft_p99']:8.0f}{m['tpot_p50']:10.0f}{m['tpot_p99']:8.0f}", file=file)
+            print(f"{rate:7.1f} {name:18}{m['throughput']:8.1f}{m['ttft_p50']:10.0f}{m['ttft_p99']:8.0f}{m['tpot_p50']:10.0f}{m['tpot_p99']:8.0f}", file=file)
     return out
 
 def plot_serving(rows:list[dict], fig=None):
-    "Throughput against p99 time to first token, one line per system over the arrival rates; returns the figure."
+    "Throughput against p99 time to first token and p50 time per output token, one line per system, each point labelled by its arrival rate; returns the figure."
     from matplotlib.figure import Figure
     fig = fig or Figure(figsize=(9, 3.4), dpi=80)
     ax1, ax2 = fig.subplots(1, 2)
@@ -769,10 +1068,75 @@ def plot_serving(rows:list[dict], fig=None):
         rs = [r for r in rows if r['system'] == name]
         ax1.plot([r['throughput'] for r in rs], [r['ttft_p99'] / 1e3 for r in rs], marker='o', color=f"C{i}", label=name)
         ax2.plot([r['throughput'] for r in rs], [r['tpot_p50'] for r in rs], marker='o', color=f"C{i}", label=name)
+        for r in rs:                                                       # label each point by its arrival rate
+            lab = 'all at once' if r['rate'] == math.inf else f"{r['rate']:g}/s"
+            ax1.annotate(lab, (r['throughput'], r['ttft_p99'] / 1e3), fontsize=7, xytext=(3, 3), textcoords='offset points')
+            ax2.annotate(lab, (r['throughput'], r['tpot_p50']), fontsize=7, xytext=(3, 3), textcoords='offset points')
     ax1.set(xlabel='output tokens/s', ylabel='p99 time to first token (s)', yscale='log')
     ax2.set(xlabel='output tokens/s', ylabel='p50 time per output token (ms)')
     ax1.legend(fontsize=8); fig.tight_layout()
     return fig
+
+# %% ../nbs/07_batching.ipynb #07c00082
+def shared_prefix_workload(n:int=64, prefix_len:int=400, question=(20, 40), max_new_tokens:int=16, seed:int=0,
+                           vocab_size:int=49152, rate:float=math.inf) -> list[Arrival]:
+    "`n` requests that start with the same `prefix_len`-token system prompt, each followed by a question of its own of `question` tokens."
+    rng = random.Random(seed)
+    lo = 256 if vocab_size > 512 else 3
+    prefix = [rng.randrange(lo, vocab_size) for _ in range(prefix_len)]
+    work, t = [], 0.0
+    for _ in range(n):
+        if rate != math.inf: t += rng.expovariate(rate)
+        work.append(Arrival(t, prefix + [rng.randrange(lo, vocab_size) for _ in range(rng.randint(*question))], max_new_tokens))
+    return work
+
+def step_split(engine:Engine, full:int|None=None) -> dict:
+    "Split an engine run's wall time by what its steps carried: steps with prefill tokens, decode-only steps with `full` rows (default max_batch_size), decode-only steps with fewer."
+    full, log = full or engine.max_batch_size, engine.log
+    dt = lambda es: sum(e['t1'] - e['t0'] for e in es)
+    pre = [e for e in log if e['prefill_tokens']]
+    dec = [e for e in log if not e['prefill_tokens'] and e['decode_rows'] >= full]
+    part = [e for e in log if not e['prefill_tokens'] and e['decode_rows'] < full]
+    return dict(total=log[-1]['t1'] - log[0]['t0'], steps=len(log), prefill_steps=len(pre), prefill_s=dt(pre),
+                prefill_tokens=sum(e['prefill_tokens'] for e in pre), full_steps=len(dec), full_s=dt(dec),
+                part_steps=len(part), part_s=dt(part), part_rows=sum(e['decode_rows'] for e in part) / max(len(part), 1))
+
+def plot_steps(engines:dict, fig=None):
+    "The step log of each engine in `engines` (title -> Engine) over seconds: decode rows per step (blue; grey: rows left empty) and prefill tokens per step (orange)."
+    from matplotlib.figure import Figure
+    fig = fig or Figure(figsize=(9, 1.9 * len(engines) + 0.6), dpi=80)
+    axs = fig.subplots(2 * len(engines), 1, sharex=True, height_ratios=[1.2, 1] * len(engines))
+    for (title, eng), ax, ax2 in zip(engines.items(), axs[::2], axs[1::2]):
+        log, B = eng.log, eng.max_batch_size
+        t0 = log[0]['t0']
+        left, width = [e['t0'] - t0 for e in log], [e['t1'] - e['t0'] for e in log]
+        rows = [e['decode_rows'] for e in log]
+        ax.bar(left, [B] * len(log), width, align='edge', color='0.88', lw=0)
+        ax.bar(left, rows, width, align='edge', color='C0', lw=0)
+        ax.set(ylabel='decode\nrows', ylim=(0, B * 1.05)); ax.set_title(title, fontsize=9, loc='left')
+        ax2.bar(left, [e['prefill_tokens'] for e in log], width, align='edge', color='C1', lw=0)
+        ax2.set(ylabel='prefill\ntokens')
+    axs[-1].set_xlabel('seconds since the first step')
+    fig.tight_layout()
+    return fig
+
+def goals_bench(llm:LLM, n:int=48, seed:int=0, max_batch_size:int=16, workload_kw:dict|None=None, file=None) -> tuple[dict, float, dict]:
+    """The saturated workload (`n` requests at once) served one at a time, by static batching, by the engine without a token budget and
+    with its default one; and the decode ceiling, the tokens/s of a `max_batch_size`-row decoding step, measured in the same process.
+    Prints both; returns the metrics by system, the ceiling and the engines (keyed by rate and system)."""
+    file = file or sys.stdout
+    step = decode_step_ms(llm, rows=(1, max_batch_size))
+    engines, work = {}, poisson_workload(n, math.inf, seed, llm.config.vocab_size, **(workload_kw or {}))
+    rows = serving_bench(llm, rates=(math.inf,), work=work, max_batch_size=max_batch_size, engines=engines, file=file,
+                         systems=('one at a time', 'static', 'engine, no budget', 'engine'))
+    m, ceiling = {r['system']: r for r in rows}, max_batch_size * 1e3 / step[max_batch_size]
+    print(f"{max_batch_size}-row decode step {step[max_batch_size]:.1f} ms (one row {step[1]:.1f} ms): ceiling {ceiling:.0f} tok/s", file=file)
+    for s in ('engine, no budget', 'engine'):
+        e = m[s]
+        print(f"{s:18}: {e['throughput'] / ceiling:4.0%} of the ceiling, {e['throughput'] / m['static']['throughput']:.2f}x static, "
+              f"{e['throughput'] / m['one at a time']['throughput']:.1f}x one at a time, TPOT p99/p50 {e['tpot_p99'] / e['tpot_p50']:.2f}", file=file)
+    return m, ceiling, engines
+
 
 # %% ../nbs/07_batching.ipynb #07c00090
 def serve_engine_steps(engine:Engine, work:list[Arrival]) -> list[dict]:
