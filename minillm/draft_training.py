@@ -385,6 +385,7 @@ def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_
     out = DistillData([], [], [], [], [], key)
     for ids, src, st in tqdm(pieces, desc='target features', disable=not progress, leave=False):
         f, n = target_features(llm, ids)
+        f = f.half().float()                                               # as stored: a cached run sees the same numbers
         out.ids.append(torch.tensor(ids)); out.feats.append(f); out.nxt.append(n); out.source.append(src); out.starts.append(st)
     if cache:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -453,7 +454,7 @@ def _eagle_loss(net, emb, W, vmap, f, x, y, unroll:int=2, reg:float=1.0):
 def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
                 vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
                 seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
-    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` (or `max_steps`). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often (`None`: all). Cached by target, data and arguments."
+    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`. The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often (`None`: all). Cached by target, data and arguments."
     if kind not in KINDS: raise ValueError(f"kind must be \"medusa\" or \"eagle\", got {kind!r}")
     if isinstance(max_minutes, bool) or not isinstance(max_minutes, (int, float)) or not max_minutes > 0:
         raise ValueError(f"max_minutes must be a number > 0, got {max_minutes!r}")
@@ -485,12 +486,12 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         Ftr, Ytr = _labels(data, tr, num_heads, vmap)
         weights = [0.8 ** i for i in range(num_heads)]
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
-    losses, t0, step = [], time.perf_counter(), 0
+    losses, step, el, dts = [], 0, 0.0, []
     budget = 60 * max_minutes
     bar = tqdm(total=round(budget), desc=f"train {kind}", unit='s', disable=not progress, leave=False)
     while True:
-        el = time.perf_counter() - t0
         if el >= budget or (max_steps is not None and step >= max_steps): break
+        t0 = time.perf_counter()
         if kind == 'medusa':
             ix = torch.randint(len(Ftr), (batch_size,), generator=gen)
             loss = _medusa_step(net, W, Ftr[ix], Ytr[ix], weights)
@@ -500,10 +501,13 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, el / budget)))   # warm-up, cosine over the time budget
         for g_ in opt.param_groups: g_['lr'] = lr_now
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()
-        losses.append(float(loss)); step += 1
-        bar.n = min(round(time.perf_counter() - t0), bar.total); bar.set_postfix(loss=f"{losses[-1]:.3f}", step=step, refresh=False); bar.update(0)
+        losses.append(loss.item()); step += 1
+        dt = time.perf_counter() - t0
+        typical = sorted(dts[-20:])[len(dts[-20:]) // 2] if len(dts) >= 5 else dt
+        dts.append(dt); el += min(dt, 10 * typical)                       # a step 10x slower than usual was stopped by someone else: not charged
+        bar.n = min(round(el), bar.total); bar.set_postfix(loss=f"{losses[-1]:.3f}", step=step, refresh=False); bar.update(0)
     bar.close()
-    info = dict(kind=kind, minutes=(time.perf_counter() - t0) / 60, steps=step, losses=losses, tokens=data.n_tokens,
+    info = dict(kind=kind, minutes=el / 60, steps=step, losses=losses, tokens=data.n_tokens,
                 train_windows=len(tr), val_windows=len(va), num_heads=num_heads, vocab_size=vocab_size, batch_size=batch_size)
     d = TrainedDraft(kind, net.eval().requires_grad_(False), vocab, key, info)
     d.info['val'] = draft_accuracy(d, llm, data, va)
@@ -511,9 +515,11 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     return d
 
 # %% ../nbs/06a_draft_training.ipynb #f2acc
-def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:int=4) -> dict:
-    "Chains of `k` greedy guesses from every position of the target's answers in windows `idx` (default: all), compared with the target's own greedy tokens: top-1 accuracy of guess i, and how many leading guesses are right (the tokens a greedy round accepts, not counting the target's bonus token)."
+def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:int=4, max_chains:int=400) -> dict:
+    "Chains of `k` greedy guesses from positions of the target's answers in windows `idx` (default: all; evenly spaced, at most `max_chains`), compared with the target's own greedy tokens: top-1 accuracy of guess i, and how many leading guesses are right (the tokens a greedy round accepts, not counting the target's bonus token)."
     idx = range(len(data.ids)) if idx is None else idx
+    total = sum(max(0, len(data.ids[w]) - k - max(data.starts[w] - 2, 0)) for w in idx)
+    stride = max(1, math.ceil(total / max_chains))
     m, dev = llm.model, 'cpu'
     net = draft.module_for(torch.float32, dev)
     W = head_weight(m).detach().float().cpu()
@@ -526,7 +532,7 @@ def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:in
         for w in idx:
             f, x, y, s0 = data.feats[w], data.ids[w], data.nxt[w], data.starts[w]
             T = len(x)
-            ts = list(range(max(s0 - 2, 0), T - k))                    # chains whose k labels all lie in the window
+            ts = list(range(max(s0 - 2, 0), T - k))[::stride]          # chains whose k labels all lie in the window
             if not ts: continue
             if draft.kind == 'medusa':
                 guess = to_id(F.linear(net(f[ts], k), Wk))                  # (n, k)
