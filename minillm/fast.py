@@ -21,7 +21,7 @@ __all__ = ['CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'step_bytes_flops', '
            'input_absmax', 'smooth_model', 'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1', 'quant_error_table',
            'draw_quant', 'quant_explorer', 'quantize_model', 'perplexity', 'first_difference', 'static_len',
            'StaticKVCache', 'static_step', 'CompiledDecoder', 'CompiledLLM', 'read_bandwidth', 'step_profile',
-           'format_bench']
+           'format_bench', 'llama_cpp_runner']
 
 # %% ../nbs/09_fast.ipynb #ff9f5892
 def step_bytes_flops(cfg, rows:int=1, context:int=64, weight_bytes:float=4, kv_bytes:float=4, head_bytes:float|None=None) -> dict:
@@ -420,8 +420,8 @@ def step_profile(llm:LLM, context:int=64, steps:int=8) -> dict:
 
 # %% ../nbs/09_fast.ipynb #774b76ef
 def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), num_beams:int=0, prompt="The capital of France is",
-                 max_new_tokens:int=64, reps:int=3, hf:bool=True, file=None) -> dict:
-    "Tokens/s of greedy decoding (and of beam search when `num_beams` > 1) of float32 `llm` in each of `formats`, compiled as well for those in `compiled`, and of transformers in float32 and bfloat16 on the same weights; prints a table."
+                 max_new_tokens:int=64, reps:int=3, hf:bool=True, extra:dict|None=None, file=None) -> dict:
+    "Tokens/s of greedy decoding (and of beam search when `num_beams` > 1) of float32 `llm` in each of `formats`, compiled as well for those in `compiled`, of transformers in float32 and bfloat16 on the same weights, and of `extra` systems ({name: run(ids, max_new_tokens) -> token ids}, greedy); prints a table."
     from minillm.kvcache import hf_twin
     for n, v in [('max_new_tokens', max_new_tokens), ('reps', reps), ('num_beams', num_beams + 1)]:
         if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"format_bench: {n} must be an integer >= {1 - (n == 'num_beams')}, got {v!r}")
@@ -444,6 +444,7 @@ def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), 
             tw = hf_twin(l)
             tasks[f'transformers {f}'] = {'greedy': (lambda tw: lambda: _hf_generate(tw, ids, N))(tw)}
             if num_beams > 1: tasks[f'transformers {f}']['beam'] = (lambda tw: lambda: _hf_generate(tw, ids, N, num_beams=num_beams, eos_token_id=None, pad_token_id=0))(tw)
+    for k, run in (extra or {}).items(): tasks[k] = {'greedy': (lambda run: lambda: run(ids, N))(run)}
     outs = {k: {t: fn() for t, fn in ts.items()} for k, ts in tasks.items()}   # warm-up (and compilation), and the tokens to compare
     ref_out = outs.get('minillm float32') or next(iter(outs.values()))
     best = {(k, t): float('inf') for k, ts in tasks.items() for t in ts}
@@ -464,3 +465,21 @@ def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), 
             line += f"{'':32}" if tps is None else f"{tps:14.1f}{f'{tps / ref:.2f}x' if ref else '-':>11}{r[f'{c}_agree']:>7}"
         print(line, file=file)
     return res
+
+# %% ../nbs/09_fast.ipynb #llamacpp
+def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512):
+    "`run(ids, max_new_tokens) -> token ids`: greedy decoding by llama.cpp (`llama-cpp-python`) of the GGUF file `path` (default: the embedded model's Q4_1 file), EOS ignored; None when llama-cpp-python is not installed."
+    try: from llama_cpp import Llama
+    except ImportError: return None
+    from minillm.weights import default_gguf
+    m = Llama(model_path=str(default_gguf(progress=False) if path is None else path), n_threads=n_threads, n_threads_batch=n_threads,
+              n_ctx=n_ctx, verbose=False)
+    def run(ids:list[int], max_new_tokens:int) -> list[int]:
+        if len(ids) + max_new_tokens > n_ctx: raise ValueError(f"llama_cpp_runner: {len(ids)} + {max_new_tokens} tokens exceed n_ctx={n_ctx}")
+        out = []
+        for t in m.generate(list(ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):   # greedy
+            out.append(t)
+            if len(out) == max_new_tokens: break
+        return out
+    run.llama = m
+    return run
