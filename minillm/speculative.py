@@ -54,7 +54,7 @@ def accept_draft(p:torch.Tensor,                      # (B, k+1, V) target proba
     px = p[:, :k].gather(-1, draft[..., None])[..., 0]                 # (B, k): p(x_i)
     qx = q.gather(-1, draft[..., None])[..., 0]                        # (B, k): q(x_i)
     u = torch.rand(B, k, generator=generator, device=p.device, dtype=p.dtype)
-    accepted = u * qx < px                                             # u < p/q without dividing: q = 0 < p keeps x, p = 0 rejects it
+    accepted = u * qx < px                                             # u < p/q without dividing; p = 0 always rejects x
     n = accepted.long().cumprod(-1).sum(-1)                            # (B,) draft tokens kept before the first rejection
     p_n = p[rows, n]                                                   # (B, V) target where we stopped
     q_n = F.pad(q, (0, 0, 0, 1))[rows, n]                              # (B, V) draft there; zeros after k acceptances
