@@ -20,7 +20,8 @@ from .kvcache import KVCache   # and its `LLM.new_cache`, which compiled models 
 __all__ = ['CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'step_bytes_flops', 'quantize_int8', 'int_mm', 'Int8Linear',
            'input_absmax', 'smooth_model', 'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1', 'quant_error_table',
            'draw_quant', 'quant_explorer', 'quantize_model', 'perplexity', 'first_difference', 'static_len',
-           'StaticKVCache', 'static_step', 'CompiledDecoder', 'read_bandwidth', 'step_profile', 'format_bench']
+           'StaticKVCache', 'static_step', 'CompiledDecoder', 'CompiledLLM', 'read_bandwidth', 'step_profile',
+           'format_bench', 'llama_cpp_runner']
 
 # %% ../nbs/09_fast.ipynb #ff9f5892
 def step_bytes_flops(cfg, rows:int=1, context:int=64, weight_bytes:float=4, kv_bytes:float=4, head_bytes:float|None=None) -> dict:
@@ -271,18 +272,22 @@ def to_format(self:LLM, fmt:str|torch.dtype, name:str|None=None, smooth:float|No
     out = LLM(quantize_model(_base(self.model), fmt, calib_ids=_calib(self, smooth), alpha=smooth or 0.0), self.tokenizer, name or f"{self.name} ({fmt})")
     return out if mode is False else out.compiled(mode)
 
-_plain_load = LLM.load.__func__
+_plain_load = getattr(LLM.load.__func__, 'plain', LLM.load.__func__)   # chapter 01's (also after a reload of this module)
 
 @patch(cls_method=True)
 def load(cls:LLM, path=None, device='cpu', dtype:str|torch.dtype=torch.float32, progress:bool=True, compile:bool|str=False) -> LLM:
-    "Load a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct) in form `dtype`, a torch dtype or one of `FORMATS`; `compile=True` compiles its decode steps."
-    fmt, mode = check_format(dtype), _compile_mode(compile)
-    if fmt in ('float32', 'bfloat16'): llm = _plain_load(cls, path, device, getattr(torch, fmt), progress)
+    "Load a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct) in form `dtype`, any torch dtype or one of `FORMATS`; `compile=True` compiles its decode steps."
+    mode = _compile_mode(compile)
+    fmt = dtype if isinstance(dtype, torch.dtype) else check_format(dtype)
+    if not isinstance(fmt, str) or fmt in ('float32', 'bfloat16'):     # a dtype: chapter 01's load, unchanged
+        llm = _plain_load(cls, path, device, getattr(torch, fmt) if isinstance(fmt, str) else fmt, progress)
     else:
         llm = _plain_load(cls, path, device, torch.float32, progress)
         quantize_model(llm.model, fmt, inplace=True, calib_ids=_calib(llm, 0.5))
         llm.name = f"{llm.name} ({fmt})"
     return llm if mode is False else llm.compiled(mode)
+
+LLM.load.__func__.plain = _plain_load
 
 # %% ../nbs/09_fast.ipynb #51dbb22b
 def perplexity(llm:LLM, text:str|list[int], max_len:int|None=None) -> float:
@@ -310,6 +315,10 @@ def static_len(n:int, min_len:int=256) -> int:
 
 class StaticKVCache(KVCache):
     "A `KVCache` for compiled decoding: `max_len` rounded up by `static_len`; a compiled one-token step attends over all its slots under a mask."
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for t in (self.k, self.v): torch._dynamo.mark_static_address(t)   # fixed addresses: CUDA graphs may write them in place
+
     @classmethod
     def for_model(cls, model, batch_size:int=1, max_len:int|None=None, dtype=None, device=None) -> StaticKVCache:
         cfg = model.cfg
@@ -339,8 +348,7 @@ class CompiledDecoder(nn.Module):
         if mode not in COMPILE_MODES: raise ValueError(f"CompiledDecoder: unknown torch.compile mode {mode!r}; use one of {COMPILE_MODES}")
         self.model, self.cfg, self.compile_mode = model, model.cfg, mode
         self.step = torch.compile(static_step, fullgraph=True, dynamic=False, mode=mode)
-        cfg = torch._dynamo.config                                          # each (model, rows, cache length) is one more trace of static_step:
-        cfg.recompile_limit = max(cfg.recompile_limit, 64)                 # allow more than dynamo's default 8
+        self._traced = set()                                               # (rows, cache length) this decoder has compiled
     device = property(lambda self: self.model.device)
     dtype = property(lambda self: self.model.dtype)
 
@@ -349,21 +357,28 @@ class CompiledDecoder(nn.Module):
             lens = cache._lengths                                          # (B,) on the CPU
             if int(lens.max()) >= cache.max_len: cache._make_plan(1)       # raises the cache's overflow error
             ids = ids.new_empty(ids.shape).copy_(ids)                      # a fresh (B, 1): a view of a longer sequence has other strides, another trace
-            logits = self.step(self.model, ids, lens[:, None].to(ids.device), cache.k, cache.v)   # (B, 1, V)
+            args = (self.model, ids, lens[:, None].to(ids.device), cache.k, cache.v)
+            key = (ids.shape[0], cache.max_len)
+            if key in self._traced: logits = self.step(*args)               # (B, 1, V)
+            else:                                                          # a new shape traces static_step once more: every (model, rows,
+                limit = max(torch._dynamo.config.recompile_limit, 64)      # cache length) is one trace, more than dynamo's default 8 allows,
+                with torch._dynamo.config.patch(recompile_limit=limit):    # so the limit is raised for this call only
+                    logits = self.step(*args)
+                self._traced.add(key)
             cache.advance(1)
             return logits
         return self.model(ids, cache, pos, mask, last_only)
 
-@patch
-def new_cache(self:LLM, batch_size:int, max_len:int) -> KVCache:
-    "A `KVCache` for `batch_size` rows of up to `max_len` positions; a `StaticKVCache` (length rounded up) when the model is compiled."
-    cls = StaticKVCache if isinstance(self.model, CompiledDecoder) else KVCache
-    return cls.for_model(self.model, batch_size, max_len)
+class CompiledLLM(LLM):
+    "An `LLM` whose model is a `CompiledDecoder`; its `new_cache` hands out `StaticKVCache`s, so `generate`, `stream` and `beam_search` take the compiled step."
+    def new_cache(self, batch_size:int, max_len:int) -> StaticKVCache:
+        "A `StaticKVCache` for `batch_size` rows of up to `max_len` positions (the length rounded up by `static_len`)."
+        return StaticKVCache.for_model(self.model, batch_size, max_len)
 
 @patch
-def compiled(self:LLM, mode:str|None=None) -> LLM:
-    "This `LLM`, weights shared, with its one-token decode steps compiled (`mode`: None, or 'reduce-overhead' for CUDA graphs on a GPU)."
-    return LLM(CompiledDecoder(_base(self.model), mode), self.tokenizer, f"{self.name} (compiled)")
+def compiled(self:LLM, mode:str|None=None) -> CompiledLLM:
+    "A `CompiledLLM` sharing this `LLM`'s weights, its one-token decode steps compiled (`mode`: None, or 'reduce-overhead' for CUDA graphs on a GPU)."
+    return CompiledLLM(CompiledDecoder(_base(self.model), mode), self.tokenizer, f"{self.name} (compiled)")
 
 # %% ../nbs/09_fast.ipynb #42233bd8
 def read_bandwidth(nbytes:int=512 * 2**20, reps:int=5, device='cpu') -> float:
@@ -405,8 +420,8 @@ def step_profile(llm:LLM, context:int=64, steps:int=8) -> dict:
 
 # %% ../nbs/09_fast.ipynb #774b76ef
 def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), num_beams:int=0, prompt="The capital of France is",
-                 max_new_tokens:int=64, reps:int=3, hf:bool=True, file=None) -> dict:
-    "Tokens/s of greedy decoding (and of beam search when `num_beams` > 1) of float32 `llm` in each of `formats`, compiled as well for those in `compiled`, and of transformers in float32 and bfloat16 on the same weights; prints a table."
+                 max_new_tokens:int=64, reps:int=3, hf:bool=True, extra:dict|None=None, file=None) -> dict:
+    "Tokens/s of greedy decoding (and of beam search when `num_beams` > 1) of float32 `llm` in each of `formats`, compiled as well for those in `compiled`, of transformers in float32 and bfloat16 on the same weights, and of `extra` systems ({name: run(ids, max_new_tokens) -> token ids}, greedy); prints a table."
     from minillm.kvcache import hf_twin
     for n, v in [('max_new_tokens', max_new_tokens), ('reps', reps), ('num_beams', num_beams + 1)]:
         if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"format_bench: {n} must be an integer >= {1 - (n == 'num_beams')}, got {v!r}")
@@ -429,6 +444,7 @@ def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), 
             tw = hf_twin(l)
             tasks[f'transformers {f}'] = {'greedy': (lambda tw: lambda: _hf_generate(tw, ids, N))(tw)}
             if num_beams > 1: tasks[f'transformers {f}']['beam'] = (lambda tw: lambda: _hf_generate(tw, ids, N, num_beams=num_beams, eos_token_id=None, pad_token_id=0))(tw)
+    for k, run in (extra or {}).items(): tasks[k] = {'greedy': (lambda run: lambda: run(ids, N))(run)}
     outs = {k: {t: fn() for t, fn in ts.items()} for k, ts in tasks.items()}   # warm-up (and compilation), and the tokens to compare
     ref_out = outs.get('minillm float32') or next(iter(outs.values()))
     best = {(k, t): float('inf') for k, ts in tasks.items() for t in ts}
@@ -449,3 +465,21 @@ def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), 
             line += f"{'':32}" if tps is None else f"{tps:14.1f}{f'{tps / ref:.2f}x' if ref else '-':>11}{r[f'{c}_agree']:>7}"
         print(line, file=file)
     return res
+
+# %% ../nbs/09_fast.ipynb #llamacpp
+def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512):
+    "`run(ids, max_new_tokens) -> token ids`: greedy decoding by llama.cpp (`llama-cpp-python`) of the GGUF file `path` (default: the embedded model's Q4_1 file), EOS ignored; None when llama-cpp-python is not installed."
+    try: from llama_cpp import Llama
+    except ImportError: return None
+    from minillm.weights import default_gguf
+    m = Llama(model_path=str(default_gguf(progress=False) if path is None else path), n_threads=n_threads, n_threads_batch=n_threads,
+              n_ctx=n_ctx, verbose=False)
+    def run(ids:list[int], max_new_tokens:int) -> list[int]:
+        if len(ids) + max_new_tokens > n_ctx: raise ValueError(f"llama_cpp_runner: {len(ids)} + {max_new_tokens} tokens exceed n_ctx={n_ctx}")
+        out = []
+        for t in m.generate(list(ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):   # greedy
+            out.append(t)
+            if len(out) == max_new_tokens: break
+        return out
+    run.llama = m
+    return run

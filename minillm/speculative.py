@@ -54,7 +54,7 @@ def accept_draft(p:torch.Tensor,                      # (B, k+1, V) target proba
     px = p[:, :k].gather(-1, draft[..., None])[..., 0]                 # (B, k): p(x_i)
     qx = q.gather(-1, draft[..., None])[..., 0]                        # (B, k): q(x_i)
     u = torch.rand(B, k, generator=generator, device=p.device, dtype=p.dtype)
-    accepted = u * qx < px                                             # u < p/q without dividing: q = 0 < p keeps x, p = 0 rejects it
+    accepted = u * qx < px                                             # u < p/q without dividing; p = 0 always rejects x
     n = accepted.long().cumprod(-1).sum(-1)                            # (B,) draft tokens kept before the first rejection
     p_n = p[rows, n]                                                   # (B, V) target where we stopped
     q_n = F.pad(q, (0, 0, 0, 1))[rows, n]                              # (B, V) draft there; zeros after k acceptances
@@ -112,20 +112,31 @@ def precision_copy(llm:LLM, dtype:torch.dtype=torch.bfloat16, name:str|None=None
     m = copy.deepcopy(llm.model).to(dtype)
     return LLM(m, llm.tokenizer, name or f"{llm.name} ({str(dtype).replace('torch.', '')})")
 
-def step_cost(llm:LLM, rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7) -> dict[int, float]:
-    "Median seconds of one cached forward pass over T new tokens after a `context`-token prefix, for each T in `rows`."
-    model, dev, T_max = llm.model, llm.device, max(rows)
-    ids = torch.randint(0, llm.config.vocab_size, (1, context + T_max), generator=torch.Generator().manual_seed(0)).to(dev)
-    cache = KVCache.for_model(model, 1, context + T_max)
-    times = {T: [] for T in rows}
+def _sync(device):
+    "Wait for the GPU's queued work (a no-op on the CPU), so that a timer measures the work and not its launch."
+    if torch.device(device).type == 'cuda': torch.cuda.synchronize()
+
+def step_cost(llm:LLM, rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7, batched:bool=False) -> dict[int, float]:
+    "Median seconds of one cached forward pass for each n in `rows` after a `context`-token prefix: n new tokens of one sequence (verifying a draft), or with `batched`, one new token in each of n sequences (a batched or beam decoding step)."
+    if not rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows): raise ValueError(f"step_cost: rows must be integers >= 1, got {rows!r}")
+    if context < 1 or reps < 1: raise ValueError(f"step_cost: context and reps must be >= 1, got {context}, {reps}")
+    model, dev, g = llm.model, llm.device, torch.Generator().manual_seed(0)
+    runs = {}
     with torch.inference_mode():
-        model(ids[:, :context], cache=cache)
+        for n in rows:                                                 # a cache per size, prefilled once
+            B, T = (n, 1) if batched else (1, n)
+            ids = torch.randint(0, llm.config.vocab_size, (B, context + T), generator=g).to(dev)
+            cache = llm.new_cache(B, context + T)
+            model(ids[:, :context], cache=cache)
+            runs[n] = cache, ids[:, context:].contiguous()             # (B, T): the new tokens of the timed pass
+        times = {n: [] for n in rows}
         for r in range(reps + 1):
-            for T in rows:
+            for n, (cache, x) in runs.items():                         # sizes interleaved: a change of load hits all alike
                 cache.set_lengths(context)
-                t0 = time.perf_counter(); model(ids[:, context:context + T], cache=cache)
-                if r: times[T].append(time.perf_counter() - t0)           # the first round warms up
-    return {T: sorted(v)[len(v) // 2] for T, v in times.items()}
+                _sync(dev); t0 = time.perf_counter(); model(x, cache=cache); _sync(dev)
+                if r: times[n].append(time.perf_counter() - t0)           # the first round warms up
+    return {n: sorted(v)[len(v) // 2] for n, v in times.items()}
+
 
 # %% ../nbs/06_speculative.ipynb #d26d9f88
 def prompt_lookup(tokens:list[int],     # the sequence so far: prompt and generated tokens
@@ -302,6 +313,7 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
                 n, nxt = accept_draft(p[None], q[None], x, generator)
             n, nxt = int(n[0]), int(nxt[0])
             stats['passes'] += 1; stats['drafted'] += d; stats['accepted'] += n
+            if 'rounds' in stats: stats['rounds'].append((d, n))          # per round, when the caller asks for it
             cache.rollback(d - n)                                      # keep the accepted draft tokens' keys and values
             lp = F.log_softmax(logits[:n + 1].float(), -1)             # (n+1, V) log-probabilities of what we emit
             if first: timer.prefill, first = time.perf_counter() - timer.start, False
