@@ -12,9 +12,13 @@ from .loop import *
 from .sampling import *
 from .kvcache import *
 from .beam import *
+from .constrained import *
 from .speculative import *
+from .draft_training import *
 from .batching import *
 from .serving import *
 from .fast import *
-from . import model as _model, weights as _weights, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, speculative as _speculative, batching as _batching, serving as _serving, fast as _fast
-__all__ = [n for m in (_model, _weights, _loop, _sampling, _kvcache, _beam, _speculative, _batching, _serving, _fast) for n in m.__all__]   # the union of every chapter's API
+from .test_time import *
+from .long_context import *
+from . import model as _model, weights as _weights, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, constrained as _constrained, speculative as _speculative, draft_training as _draft_training, batching as _batching, serving as _serving, fast as _fast, test_time as _test_time, long_context as _long_context
+__all__ = [n for m in (_model, _weights, _loop, _sampling, _kvcache, _beam, _constrained, _speculative, _draft_training, _batching, _serving, _fast, _test_time, _long_context) for n in m.__all__]   # the union of every chapter's API

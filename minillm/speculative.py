@@ -265,7 +265,8 @@ def make_draft(llm:LLM, draft, max_ngram:int=3):
 def _history_free(p:SamplingParams) -> bool:
     "True when no processor of `p` looks at the text so far, so all verified positions can be processed in one call."
     return (p.repetition_penalty == 1 and not p.frequency_penalty and not p.presence_penalty and not p.no_repeat_ngram_size
-            and not p.logit_bias and not getattr(p, 'min_new_tokens', 0) and not getattr(p, 'bad_words', None))
+            and not p.logit_bias and not getattr(p, 'min_new_tokens', 0) and not getattr(p, 'bad_words', None)
+            and getattr(p, 'constraint', None) is None)   # a constraint (chapter 05a) depends on the text so far
 
 def process_rows(logits:torch.Tensor, # (d+1, V) target logits at the pending token and the d draft tokens
                  params:SamplingParams, tokens:list[int], draft:list[int], n_prompt:int, eos_ids=()) -> torch.Tensor:
