@@ -207,14 +207,14 @@ def hf_config(cfg:dict, path='') -> ModelConfig:
     if mt not in SUPPORTED_ARCHS:
         raise ModelLoadError(f"{path}: unsupported model_type {mt!r}; minillm loads {', '.join(SUPPORTED_ARCHS)} (Llama layout)")
     rope = cfg.get('rope_parameters') or {}
-    scaling = {**rope, **(cfg.get('rope_scaling') or {})}          # transformers 5 writes rope_parameters, older versions rope_scaling
+    scaling = dict(cfg.get('rope_scaling') or rope)                # older configs: rope_scaling (wins, as in transformers); version 5: rope_parameters
     scaling.pop('rope_theta', None); scaling.pop('partial_rotary_factor', None)
     if 'original_max_position_embeddings' in cfg: scaling.setdefault('original_max_position_embeddings', cfg['original_max_position_embeddings'])
     n_heads = cfg['num_attention_heads']
     out = ModelConfig(vocab_size=cfg['vocab_size'], dim=cfg['hidden_size'], n_layers=cfg['num_hidden_layers'], n_heads=n_heads,
                        n_kv_heads=cfg.get('num_key_value_heads') or n_heads, hidden_dim=cfg['intermediate_size'],
                        head_dim=cfg.get('head_dim') or cfg['hidden_size'] // n_heads, norm_eps=cfg.get('rms_norm_eps', 1e-6),
-                       rope_theta=rope.get('rope_theta', cfg.get('rope_theta', 10000.0)),
+                       rope_theta=(cfg.get('rope_scaling') or {}).get('rope_theta') or rope.get('rope_theta', cfg.get('rope_theta', 10000.0)),
                        max_seq_len=cfg.get('max_position_embeddings', 2048), tie_embeddings=cfg.get('tie_word_embeddings', False),
                        attention_bias=cfg.get('attention_bias', False))
     try: return out.with_rope_scaling(scaling) if scaling.get('rope_type', scaling.get('type')) not in (None, 'default') else out
