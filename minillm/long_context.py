@@ -16,7 +16,9 @@ import minillm.batching   # the `LLM.generate` we extend with `cache=` (chapter 
 import minillm.fast       # the `LLM.load` we extend with `rope_scaling=` (chapter 09's formats and compiling)
 
 # %% auto #0
-__all__ = ['kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll', 'ppl_by_position', 'long_text']
+__all__ = ['QUANT_METHODS', 'kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll', 'ppl_by_position',
+           'long_text', 'BoundedCache', 'SinkCache', 'attention_weights', 'H2OCache', 'SnapKVCache', 'quantize',
+           'dequantize', 'QuantizedCache', 'flash_attention', 'flash_decode', 'attention_peak_mib']
 
 # %% ../nbs/11_long_context.ipynb #lc-mem-lib
 def kv_bytes_per_token(cfg:ModelConfig, bits:float=16) -> float:
@@ -109,3 +111,468 @@ def long_text() -> str:
     "About 465k characters of English prose from the Python standard library's own help topics (`pydoc_data.topics`): long text, offline."
     from pydoc_data.topics import topics
     return '\n\n'.join(topics[k] for k in sorted(topics))
+
+# %% ../nbs/11_long_context.ipynb #lc-bnd-lib
+class BoundedCache:
+    """A KV cache that may drop entries: per-layer keys/values `(B, H_kv, n, D)` grown by `update` and trimmed by `evict`
+    after every forward pass. Subclasses decide what to keep; this base keeps everything (so it equals `KVCache`)."""
+    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None):
+        for name, n in dict(n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads, head_dim=head_dim).items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1: raise ValueError(f"{type(self).__name__}: {name} must be a positive integer, got {n!r}")
+        self.shape, self.dtype, self.device = (n_layers, batch_size, n_kv_heads, head_dim), dtype, torch.device(device or 'cpu')
+        self.reset()
+
+    @classmethod
+    def for_model(cls, model:Transformer, batch_size:int=1, dtype=None, device=None, **kw):
+        "A cache of this kind shaped for `model`, on its device and in its dtype unless told otherwise."
+        cfg = model.cfg
+        c = cls(cfg.n_layers, batch_size, cfg.n_kv_heads, cfg.head_dim, dtype=dtype or model.dtype, device=device or model.device, **kw)
+        c.cfg = cfg
+        return c
+
+    n_layers = property(lambda self: self.shape[0])
+    batch_size = property(lambda self: self.shape[1])
+    n_kv_heads = property(lambda self: self.shape[2])
+    head_dim = property(lambda self: self.shape[3])
+
+    def reset(self, row=None):
+        "Forget everything (all rows together: the rows of a bounded cache stay level)."
+        if row is not None and self.batch_size > 1: raise ValueError(f"{type(self).__name__}: rows cannot be reset one at a time")
+        L, B, H, D = self.shape
+        self.k = [torch.zeros(B, H, 0, D, dtype=self.dtype, device=self.device) for _ in range(L)]
+        self.v = [t.clone() for t in self.k]
+        self.evicted = 0        # entries dropped so far
+        self.pos = 0            # tokens seen: the position of the next token unless a subclass says otherwise
+        self.peak = 0           # most entries held by one layer at any moment (during a forward pass)
+        return self
+
+    @property
+    def held(self) -> int: return self.k[0].shape[2]
+    @property
+    def next_position(self) -> int: return self.pos
+    @property
+    def lengths(self) -> torch.Tensor:
+        "Position of the next token of each row `(B,)` (the model places new tokens there)."
+        return torch.full((self.batch_size,), self.next_position, dtype=torch.long)
+    @property
+    def nbytes(self) -> int:
+        "Bytes held by the keys and values now."
+        return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v)
+
+    def update(self, layer:int, k:torch.Tensor, v:torch.Tensor):
+        "Append new keys/values `(B, H_kv, T, D)` of `layer`; return everything held `(B, H_kv, n, D)` and a causal mask for the T new queries."
+        B, H, T, D = k.shape
+        if (B, H, D) != (self.batch_size, self.n_kv_heads, self.head_dim):
+            raise ValueError(f"{type(self).__name__}.update: got keys of shape {tuple(k.shape)}, the cache holds "
+                             f"(B={self.batch_size}, H_kv={self.n_kv_heads}, T, D={self.head_dim})")
+        K, V = self._store(layer, k, v)
+        n = K.shape[2]
+        self.peak = max(self.peak, n)
+        mask = None
+        if T > 1:                          # new token i sees every held entry and new tokens up to i
+            mask = torch.arange(n, device=k.device) <= (n - T + torch.arange(T, device=k.device))[:, None]   # (T, n)
+            mask = mask.expand(B, 1, T, n)
+        return K, V, mask
+
+    def _store(self, layer, k, v):
+        self.k[layer] = torch.cat([self.k[layer], k.to(self.dtype)], 2)
+        self.v[layer] = torch.cat([self.v[layer], v.to(self.dtype)], 2)
+        return self.k[layer], self.v[layer]
+
+    def advance(self, T:int):
+        "After the last layer: count the new tokens, then let the policy evict."
+        self.pos += T
+        self.evict(T)
+
+    def evict(self, T:int): pass
+
+    def _drop_last(self, n:int):
+        for i in range(self.n_layers): self.k[i], self.v[i] = self.k[i][:, :, :self.held - n], self.v[i][:, :, :self.held - n]
+
+    def rollback(self, n:int, row=None):
+        "Forget the newest `n` tokens (speculative decoding), if they are still held."
+        if row is not None and self.batch_size > 1: raise ValueError(f"{type(self).__name__}: rows cannot be rolled back one at a time")
+        if not isinstance(n, int) or n < 0: raise ValueError(f"{type(self).__name__}.rollback: n must be an integer >= 0, got {n!r}")
+        if n > self._newest_held():
+            raise ValueError(f"{type(self).__name__}.rollback: only the newest {self._newest_held()} tokens can be dropped, asked for {n}")
+        self._drop_last(n); self.pos -= n
+        return self
+
+    def _newest_held(self) -> int: return self.held
+
+    def crop(self, n:int):
+        "Keep at most the first `n` positions (as `KVCache.crop`)."
+        if not isinstance(n, int) or n < 0: raise ValueError(f"{type(self).__name__}.crop: n must be an integer >= 0, got {n!r}")
+        return self.rollback(max(0, self.next_position - n))
+
+    def reorder(self, index):
+        "Row `i` becomes a copy of row `index[i]` (beam search)."
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        if len(index) != self.batch_size or ((index < 0) | (index >= self.batch_size)).any():
+            raise ValueError(f"{type(self).__name__}.reorder: need one parent row in 0..{self.batch_size - 1} per row, got {index.tolist()}")
+        idx = index.to(self.device)
+        self.k = [t[idx] for t in self.k]; self.v = [t[idx] for t in self.v]
+        return self
+
+    def set_lengths(self, lengths):
+        lengths = torch.as_tensor(lengths).reshape(-1)
+        if (lengths != lengths[0]).any(): raise ValueError(f"{type(self).__name__}: all rows must hold the same number of tokens, got {lengths.tolist()}")
+        return self.crop(int(lengths[0]))
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(layers={self.n_layers}, batch={self.batch_size}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
+                f"seen={self.pos}, held={self.held}, {self.nbytes / 2**20:.2f} MiB)")
+
+# %% ../nbs/11_long_context.ipynb #lc-sink-lib
+def _rerotate(k:torch.Tensor, delta:int, inv_freq:torch.Tensor) -> torch.Tensor:
+    "Keys rotated for position p, turned to position p + `delta` (a rotation by delta x theta_i in every pair)."
+    ang = delta * inv_freq.to(k.device, torch.float32)                    # (D/2,)
+    ang = torch.cat([ang, ang])                                            # (D,): channel i and i + D/2 share an angle
+    cos, sin = ang.cos().to(k.dtype), ang.sin().to(k.dtype)
+    return k * cos + rotate_half(k) * sin
+
+class SinkCache(BoundedCache):
+    """StreamingLLM's cache: the first `num_sinks` tokens (attention sinks) plus the `window` most recent ones; positions are
+    slots in the cache, so a stream of any length never leaves the positions 0..num_sinks + window. `num_sinks=0`: a sliding window."""
+    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
+                 num_sinks:int=4, window:int=1020, inv_freq:torch.Tensor|None=None):
+        for name, n, lo in (('num_sinks', num_sinks, 0), ('window', window, 1)):
+            if not isinstance(n, int) or isinstance(n, bool) or n < lo:
+                raise ValueError(f"SinkCache: {name} must be an integer >= {lo}, got {n!r}")
+        if window < num_sinks:
+            raise ValueError(f"SinkCache: window ({window}) must be at least num_sinks ({num_sinks}): the sinks are a few tokens, "
+                             f"the window holds the recent text; allowed: window >= num_sinks >= 0")
+        self.num_sinks, self.window = num_sinks, window
+        self.inv_freq = inv_freq if inv_freq is not None else rope_inv_freq(head_dim)[0]
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
+
+    @classmethod
+    def for_model(cls, model:Transformer, num_sinks:int=4, window:int=1020, batch_size:int=1, dtype=None, device=None) -> SinkCache:
+        "A sink cache for `model`; the keys it shifts are turned with the model's own rotary frequencies (scaled ones included)."
+        cfg = model.cfg
+        if num_sinks + window > cfg.max_seq_len:
+            raise ValueError(f"SinkCache: num_sinks + window = {num_sinks + window} positions, more than the model's context of {cfg.max_seq_len}")
+        inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, num_sinks + window)[0]
+        c = cls(cfg.n_layers, batch_size, cfg.n_kv_heads, cfg.head_dim, dtype or model.dtype, device or model.device,
+                num_sinks=num_sinks, window=window, inv_freq=inv)
+        c.cfg = cfg
+        return c
+
+    @classmethod
+    def sliding_window(cls, model:Transformer, window:int=1024, **kw) -> SinkCache:
+        "A sliding-window cache: the `window` most recent tokens and no sinks."
+        return cls.for_model(model, num_sinks=0, window=window, **kw)
+
+    @property
+    def capacity(self) -> int: return self.num_sinks + self.window
+    @property
+    def next_position(self) -> int: return self.held          # positions are slots in the cache, as in StreamingLLM
+
+    def evict(self, T:int):
+        n, S = self.held, self.num_sinks
+        drop = n - self.capacity
+        if drop <= 0: return
+        for i in range(self.n_layers):                          # keep [0, S) and the last `window`; shift the window down by `drop`
+            k, v = self.k[i], self.v[i]
+            win = _rerotate(k[:, :, n - self.window:], -drop, self.inv_freq)
+            self.k[i] = torch.cat([k[:, :, :S], win], 2)
+            self.v[i] = torch.cat([v[:, :, :S], v[:, :, n - self.window:]], 2)
+        self.evicted += drop
+
+    def _newest_held(self) -> int: return self.held - self.num_sinks
+
+# %% ../nbs/11_long_context.ipynb #lc-gen-lib
+@contextlib.contextmanager
+def _cache_in_use(llm:LLM, cache):
+    "Within the block, `llm.new_cache` hands out `cache` (emptied); a cache with bounded positions lifts the context-window check."
+    if not hasattr(cache, 'update') or not hasattr(cache, 'advance'):
+        raise ValueError(f"cache must be a KV cache object (KVCache, SinkCache, H2OCache, SnapKVCache, QuantizedCache), got {type(cache).__name__}")
+    cache.reset()
+    def new_cache(batch_size, max_len):
+        if batch_size != cache.batch_size: raise ValueError(f"the cache has {cache.batch_size} rows, generation needs {batch_size}")
+        if isinstance(cache, KVCache) and max_len > cache.max_len:
+            raise ValueError(f"the KVCache holds {cache.max_len} positions, this generation needs {max_len}")
+        return cache
+    cfg = llm.model.cfg
+    llm.new_cache = new_cache                                   # an instance attribute shadows the method for this call only
+    if isinstance(cache, SinkCache): llm.model.cfg = replace(cfg, max_seq_len=2**62)   # positions never pass num_sinks + window
+    try: yield cache
+    finally:
+        del llm.new_cache
+        llm.model.cfg = cfg
+
+_generate_before = LLM.generate
+_stream_before = LLM.stream
+
+@patch
+def generate(self:LLM, prompt, *args, cache=None, **kwargs):
+    "Generate as before; with `cache=` (a `KVCache`, `SinkCache`, `H2OCache`, `SnapKVCache` or `QuantizedCache`) through that cache."
+    if cache is None: return _generate_before(self, prompt, *args, **kwargs)
+    if minillm.batching.is_batch(prompt): raise ValueError("cache= works with one prompt at a time; pass a single prompt")
+    if kwargs.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
+    with _cache_in_use(self, cache): return _generate_before(self, prompt, *args, **kwargs)
+
+@patch
+def stream(self:LLM, prompt, *args, cache=None, **kwargs):
+    "Stream as before; with `cache=`, through that cache (see `generate`)."
+    if cache is None: return (yield from _stream_before(self, prompt, *args, **kwargs))
+    if kwargs.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
+    with _cache_in_use(self, cache): return (yield from _stream_before(self, prompt, *args, **kwargs))
+
+for _k in ('single', 'plain'):
+    if hasattr(_generate_before, _k): setattr(LLM.generate, _k, getattr(_generate_before, _k))
+if hasattr(_stream_before, 'plain'): LLM.stream.plain = _stream_before.plain
+
+# %% ../nbs/11_long_context.ipynb #lc-evict-lib
+def attention_weights(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None):
+    "Attention written out: output `(B, H, T, D)` and weights `(B, H_kv, H/H_kv, T, S)` for q `(B, H, T, D)`, k, v `(B, H_kv, S, D)`, mask `(B, 1, T, S)` bool."
+    B, H, T, D = q.shape
+    Hk = k.shape[1]
+    qg = q.view(B, Hk, H // Hk, T, D)                                      # query heads grouped by the K/V head they read
+    s = torch.einsum('bhgtd,bhsd->bhgts', qg, k) / math.sqrt(D)            # (B, H_kv, g, T, S)
+    if mask is not None: s = s.masked_fill(~mask[:, :, None], float('-inf'))
+    w = s.softmax(-1)
+    return torch.einsum('bhgts,bhsd->bhgtd', w, v).reshape(B, H, T, D), w
+
+def _check_budget(name, budget, keep, keep_name):
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise ValueError(f"{name}: budget must be an integer >= 1 (the number of tokens kept), got {budget!r}")
+    if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= budget:
+        raise ValueError(f"{name}: {keep_name} must be an integer in 0..budget ({budget}), got {keep!r}")
+
+class _ScoredCache(BoundedCache):
+    "A bounded cache that keeps, per layer and K/V head, the `budget` entries with the best score (the newest `recent` always)."
+    def reset(self, row=None):
+        super().reset(row)
+        self.score = [torch.zeros(self.batch_size, self.n_kv_heads, 0, device=self.device) for _ in range(self.n_layers)]
+        return self
+
+    def _add_score(self, layer, s):                      # s: (B, H_kv, n) attention received by the entries held now
+        old = self.score[layer]
+        self.score[layer] = F.pad(old, (0, s.shape[-1] - old.shape[-1])) + s
+
+    def evict(self, T:int):
+        n, keep = self.held, self.budget - self.recent
+        if n <= self.budget: return
+        for i in range(self.n_layers):
+            sc = self.score[i][..., :n - self.recent]                                   # (B, H_kv, n - recent): candidates
+            top = sc.topk(keep, dim=-1).indices.sort(-1).values if keep else sc.new_zeros(*sc.shape[:2], 0, dtype=torch.long)
+            idx = torch.cat([top, torch.arange(n - self.recent, n, device=sc.device).expand(*sc.shape[:2], -1)], -1)   # (B, H_kv, budget)
+            gather = lambda t: t.gather(2, idx[..., None].expand(-1, -1, -1, t.shape[-1]))
+            self.k[i], self.v[i] = gather(self.k[i]), gather(self.v[i])
+            self.score[i] = self.score[i].gather(2, idx)
+
+    def _drop_last(self, n):
+        super()._drop_last(n)
+        self.score = [s[..., :self.held] for s in self.score]
+
+    def reorder(self, index):
+        super().reorder(index)
+        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).to(self.device)
+        self.score = [s[idx] for s in self.score]
+        return self
+
+    def _newest_held(self): return min(self.recent, self.held)
+
+class H2OCache(_ScoredCache):
+    """Heavy-hitter eviction (H2O, Zhang et al. 2023): keep the `recent` newest tokens and the `budget - recent` older ones that
+    have received the most attention so far (summed over queries and the query heads of each K/V head); positions stay absolute."""
+    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
+                 budget:int=1024, recent:int|None=None):
+        recent = budget // 2 if recent is None and isinstance(budget, int) else recent
+        _check_budget('H2OCache', budget, recent, 'recent')
+        self.budget, self.recent = budget, recent
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
+
+    def attend(self, layer:int, q, k, v, mask):
+        "Attention with explicit weights, whose column sums are added to each entry's score."
+        y, w = attention_weights(q, k, v, mask)
+        self._add_score(layer, w.sum((2, 3)))                               # (B, H_kv, n)
+        return y
+
+class SnapKVCache(_ScoredCache):
+    """SnapKV-style compression (Li et al. 2024): after each forward pass that leaves more than `budget` entries, the last `window`
+    queries vote (their attention, smoothed over `kernel` neighbouring keys); the winners and those queries' own entries are kept."""
+    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
+                 budget:int=1024, window:int=32, kernel:int=7):
+        _check_budget('SnapKVCache', budget, window, 'window')
+        if not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0: raise ValueError(f"SnapKVCache: kernel must be an odd integer >= 1, got {kernel!r}")
+        self.budget, self.window, self.kernel = budget, window, kernel
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
+
+    recent = property(lambda self: min(self.window, self.held))
+
+    def attend(self, layer:int, q, k, v, mask):
+        "SDPA for the output; explicit weights for the last `window` queries only, which become this pass's votes."
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+        w_obs = min(self.window, q.shape[2])
+        _, w = attention_weights(q[:, :, -w_obs:], k, v, None if mask is None else mask[:, :, -w_obs:])
+        votes = w.sum((2, 3))                                               # (B, H_kv, n)
+        if self.kernel > 1: votes = F.avg_pool1d(votes, self.kernel, stride=1, padding=self.kernel // 2, count_include_pad=False)
+        self.score[layer] = votes                                           # only the latest queries count
+        return y
+
+# %% ../nbs/11_long_context.ipynb #lc-q-lib
+def quantize(x:torch.Tensor, bits:int, dim:int, symmetric:bool=False):
+    "Integer codes (uint8, one per byte) of `x` with a scale and zero point per slice along `dim` (float16), and their dequantized value."
+    if symmetric:                                                           # codes -127..127 stored with an offset of 128
+        scale = (x.abs().amax(dim, keepdim=True) / (2 ** (bits - 1) - 1)).clamp(min=1e-8).half()
+        zero = torch.full_like(scale, -(2 ** (bits - 1)))
+        codes = (x / scale.float()).round().clamp(-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1) - zero.float()
+    else:                                                                   # codes 0..2^b - 1 between the slice's min and max
+        mn, mx = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
+        scale = ((mx - mn) / (2 ** bits - 1)).clamp(min=1e-8).half()
+        zero = (mn / scale.float()).half()
+        codes = ((x / scale.float()) - zero.float()).round().clamp(0, 2 ** bits - 1)
+    return codes.to(torch.uint8), scale, zero
+
+def dequantize(codes, scale, zero, dtype=torch.float32):
+    "Values back from `quantize`'s codes: (codes + zero) x scale."
+    return ((codes.float() + zero.float()) * scale.float()).to(dtype)
+
+QUANT_METHODS = ('token', 'kivi')
+
+class QuantizedCache(BoundedCache):
+    """A cache that keeps everything in fewer bits. `method='token'`: keys and values quantized per token (one scale per token and
+    head over the head's channels). `method='kivi'` (Liu et al. 2024): keys per channel over groups of `group` tokens, values per token,
+    with the newest `residual` to `residual + group - 1` tokens in full precision until a group fills."""
+    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
+                 bits:int=8, method:str='token', group:int=32, residual:int|None=None):
+        if bits not in (8, 4, 2): raise ValueError(f"QuantizedCache: bits must be 8, 4 or 2, got {bits!r}")
+        if method not in QUANT_METHODS: raise ValueError(f"QuantizedCache: method must be one of {QUANT_METHODS}, got {method!r}")
+        residual = (0 if method == 'token' else group) if residual is None else residual
+        for name, n, lo in (('group', group, 1), ('residual', residual, 0)):
+            if not isinstance(n, int) or isinstance(n, bool) or n < lo: raise ValueError(f"QuantizedCache: {name} must be an integer >= {lo}, got {n!r}")
+        self.bits, self.method, self.group, self.residual = bits, method, group if method == 'kivi' else 1, residual
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
+
+    def reset(self, row=None):
+        super().reset(row)
+        self.qk = [[] for _ in range(self.n_layers)]       # per layer: blocks (codes, scale, zero) of quantized keys
+        self.qv = [[] for _ in range(self.n_layers)]
+        self.n_quant = [0] * self.n_layers
+        return self
+
+    def _quant_block(self, k, v):
+        if self.method == 'kivi': return quantize(k, self.bits, dim=2), quantize(v, self.bits, dim=-1)        # keys per channel, values per token
+        sym = self.bits == 8
+        return quantize(k, self.bits, dim=-1, symmetric=sym), quantize(v, self.bits, dim=-1, symmetric=sym)
+
+    def _store(self, layer, k, v):
+        rk, rv = torch.cat([self.k[layer], k.to(self.dtype)], 2), torch.cat([self.v[layer], v.to(self.dtype)], 2)   # full-precision part
+        G = self.group
+        while rk.shape[2] - G >= self.residual:                              # a whole group is older than the residual: quantize it
+            bk, bv = self._quant_block(rk[:, :, :G], rv[:, :, :G])
+            self.qk[layer].append(bk); self.qv[layer].append(bv)
+            self.n_quant[layer] += G
+            rk, rv = rk[:, :, G:], rv[:, :, G:]
+        self.k[layer], self.v[layer] = rk, rv
+        deq = lambda blocks: [dequantize(*b, dtype=self.dtype) for b in blocks]
+        return torch.cat(deq(self.qk[layer]) + [rk], 2), torch.cat(deq(self.qv[layer]) + [rv], 2)
+
+    @property
+    def held(self) -> int: return self.n_quant[0] + self.k[0].shape[2]
+    def _newest_held(self) -> int: return self.k[0].shape[2]
+    def _drop_last(self, n):
+        for i in range(self.n_layers): self.k[i], self.v[i] = self.k[i][:, :, :self.k[i].shape[2] - n], self.v[i][:, :, :self.v[i].shape[2] - n]
+
+    @property
+    def nbytes(self) -> int:
+        "Bytes of the cache with codes packed `8 / bits` to a byte (this reference stores one code per byte), scales and the full-precision part."
+        n = sum(t.nbytes for t in self.k + self.v)
+        for blocks in self.qk + self.qv:
+            for codes, scale, zero in blocks: n += codes.numel() * self.bits // 8 + scale.nbytes + zero.nbytes
+        return n
+
+    def reorder(self, index):
+        super().reorder(index)
+        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).to(self.device)
+        self.qk = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qk]
+        self.qv = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qv]
+        return self
+
+# %% ../nbs/11_long_context.ipynb #lc-fa-lib
+def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=True, scale:float|None=None,
+                    block_q:int=128, block_k:int=128, attn_mask:torch.Tensor|None=None) -> torch.Tensor:
+    """Exact attention computed in tiles with an online softmax (FlashAttention's algorithm), never holding a T x S matrix:
+    q `(B, H, T, D)`, k, v `(B, H_kv, S, D)` as `F.scaled_dot_product_attention` takes them (`causal` as its `is_causal`, top-left aligned)."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4: raise ValueError(f"flash_attention takes (B, H, T, D) tensors, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, T, D = q.shape
+    Hk, S = k.shape[1], k.shape[2]
+    if H % Hk or v.shape[:3] != k.shape[:3] or k.shape[-1] != D:
+        raise ValueError(f"flash_attention: q {tuple(q.shape)} and k, v {tuple(k.shape)}, {tuple(v.shape)} do not fit (H must be a multiple of H_kv)")
+    for name, b in (('block_q', block_q), ('block_k', block_k)):
+        if not isinstance(b, int) or b < 1: raise ValueError(f"flash_attention: {name} must be an integer >= 1, got {b!r}")
+    if causal and attn_mask is not None: raise ValueError("flash_attention: pass causal=True or attn_mask, not both")
+    g, scale = H // Hk, 1 / math.sqrt(D) if scale is None else scale
+    qg = q.reshape(B, Hk, g, T, D)                                          # query heads grouped by their K/V head
+    out = torch.empty_like(qg)
+    for i in range(0, T, block_q):
+        qi = qg[:, :, :, i:i + block_q] * scale                             # (B, H_kv, g, bq, D)
+        bq = qi.shape[3]
+        m = qi.new_full((B, Hk, g, bq, 1), float('-inf'))                    # running max of the scores
+        l = qi.new_zeros((B, Hk, g, bq, 1))                                  # running sum of exp(score - m)
+        acc = qi.new_zeros((B, Hk, g, bq, D))                                # running sum of exp(score - m) v
+        stop = min(S, i + bq) if causal else S                               # causal: key j is seen by query t when j <= t
+        for j in range(0, stop, block_k):
+            kj, vj = k[:, :, None, j:j + block_k], v[:, :, None, j:j + block_k]   # (B, H_kv, 1, bk, D)
+            s = qi @ kj.transpose(-1, -2)                                   # (B, H_kv, g, bq, bk): one tile of scores
+            if causal and j + kj.shape[3] > i:                              # only tiles that cross the diagonal need a mask
+                s = s.masked_fill(torch.arange(j, j + kj.shape[3], device=q.device) > torch.arange(i, i + bq, device=q.device)[:, None], float('-inf'))
+            if attn_mask is not None:
+                s = s.masked_fill(~attn_mask[:, :, None, i:i + bq, j:j + kj.shape[3]], float('-inf'))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            safe = m_new.masked_fill(m_new == float('-inf'), 0.0)            # rows that have seen nothing yet stay at zero
+            p = (s - safe).exp()                                            # (B, H_kv, g, bq, bk)
+            alpha = (m - safe).exp()                                        # rescales what was summed under the old max
+            l = l * alpha + p.sum(-1, keepdim=True)
+            acc = acc * alpha + p @ vj
+            m = m_new
+        out[:, :, :, i:i + bq] = acc / l
+    return out.reshape(B, H, T, D)
+
+def flash_decode(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, num_splits:int=8, scale:float|None=None) -> torch.Tensor:
+    """Flash-decoding: attention of a few new queries `(B, H, T, D)` over a long cache `(B, H_kv, S, D)` (all keys visible), split
+    along the keys into `num_splits` parts computed independently (in parallel on a GPU) and merged with their max and sum."""
+    B, H, T, D = q.shape
+    Hk, S = k.shape[1], k.shape[2]
+    if not isinstance(num_splits, int) or num_splits < 1: raise ValueError(f"flash_decode: num_splits must be an integer >= 1, got {num_splits!r}")
+    if H % Hk: raise ValueError(f"flash_decode: H ({H}) must be a multiple of H_kv ({Hk})")
+    size = -(-S // min(num_splits, S))                                      # keys per split
+    P = -(-S // size)                                                       # splits actually needed (none is all padding)
+    pad = P * size - S
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    kp, vp = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))             # (B, H_kv, P * size, D)
+    kp, vp = kp.view(B, Hk, 1, P, size, D), vp.view(B, Hk, 1, P, size, D)
+    qg = q.reshape(B, Hk, H // Hk, 1, T, D) * scale                          # (B, H_kv, g, 1, T, D)
+    s = qg @ kp.transpose(-1, -2)                                           # (B, H_kv, g, P, T, size): every split at once
+    if pad: s = s.masked_fill((torch.arange(P * size, device=q.device) >= S).view(P, 1, size), float('-inf'))   # padding keys: invisible
+    m = s.amax(-1, keepdim=True)                                            # per split: max, sum and unnormalised output
+    p = (s - m).exp()
+    l, o = p.sum(-1, keepdim=True), p @ vp                                  # (B, H_kv, g, P, T, 1), (B, H_kv, g, P, T, D)
+    M = m.amax(3, keepdim=True)                                             # merge: rescale each split to the global max
+    w = (m - M).exp()
+    out = (o * w).sum(3) / (l * w).sum(3)                                   # (B, H_kv, g, T, D)
+    return out.reshape(B, H, T, D)
+
+# %% ../nbs/11_long_context.ipynb #lc-fa-mem-lib
+def attention_peak_mib(kind:str, T:int, D:int=64, H:int=1, block:int=256) -> float:
+    "MiB a causal attention call over `T` tokens needs beyond its inputs, measured in a fresh process: `kind` is 'naive', 'flash' or 'sdpa'."
+    import subprocess, sys, textwrap
+    if kind not in ('naive', 'flash', 'sdpa'): raise ValueError(f"kind must be 'naive', 'flash' or 'sdpa', got {kind!r}")
+    call = {'naive': "s = (q @ k.transpose(-1, -2)) / D ** 0.5; s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float('-inf')); o = s.softmax(-1) @ v",
+            'flash': f"o = flash_attention(q, k, v, causal=True, block_q={block}, block_k={block})",
+            'sdpa': "o = F.scaled_dot_product_attention(q, k, v, is_causal=True)"}[kind]
+    prog = textwrap.dedent(f'''
+        import resource, torch, torch.nn.functional as F
+        from minillm.long_context import flash_attention
+        torch.set_num_threads(1)
+        T, D = {T}, {D}
+        q, k, v = (torch.randn(1, {H}, T, D) for _ in range(3))
+        flash_attention(q[:, :, :8], k[:, :, :8], v[:, :, :8])          # warm up the code paths
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        {call}
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)''')
+    out = subprocess.run([sys.executable, '-c', prog], capture_output=True, text=True)
+    if out.returncode: raise RuntimeError(out.stderr[-2000:])
+    return int(out.stdout.split()[-1]) / 1024                            # ru_maxrss is in KiB on Linux
