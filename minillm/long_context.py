@@ -13,6 +13,7 @@ from .model import ModelConfig, Transformer, rope_inv_freq, rotate_half
 from .weights import LLM
 from .kvcache import KVCache
 import minillm.batching   # the `LLM.generate` we extend with `cache=` (chapter 07's, or a later chapter's if imported first)
+import minillm.loop
 import minillm.fast       # the `LLM.load` we extend with `rope_scaling=` (chapter 09's formats and compiling)
 
 # %% auto #0
@@ -310,6 +311,7 @@ def generate(self:LLM, prompt, *args, cache=None, **kwargs):
     if cache is None: return _generate_before(self, prompt, *args, **kwargs)
     if minillm.batching.is_batch(prompt): raise ValueError("cache= works with one prompt at a time; pass a single prompt")
     if kwargs.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
+    if isinstance(cache, SinkCache): prompt = minillm.loop.encode_prompt(self, prompt)   # the prompt is read in one pass: it must fit
     with _cache_in_use(self, cache): return _generate_before(self, prompt, *args, **kwargs)
 
 @patch
@@ -317,6 +319,7 @@ def stream(self:LLM, prompt, *args, cache=None, **kwargs):
     "Stream as before; with `cache=`, through that cache (see `generate`)."
     if cache is None: return (yield from _stream_before(self, prompt, *args, **kwargs))
     if kwargs.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
+    if isinstance(cache, SinkCache): prompt = minillm.loop.encode_prompt(self, prompt)
     with _cache_in_use(self, cache): return (yield from _stream_before(self, prompt, *args, **kwargs))
 
 for _k in ('single', 'plain'):
@@ -564,15 +567,17 @@ def attention_peak_mib(kind:str, T:int, D:int=64, H:int=1, block:int=256) -> flo
             'flash': f"o = flash_attention(q, k, v, causal=True, block_q={block}, block_k={block})",
             'sdpa': "o = F.scaled_dot_product_attention(q, k, v, is_causal=True)"}[kind]
     prog = textwrap.dedent(f'''
-        import resource, torch, torch.nn.functional as F
+        import torch, torch.nn.functional as F
         from minillm.long_context import flash_attention
         torch.set_num_threads(1)
         T, D = {T}, {D}
         q, k, v = (torch.randn(1, {H}, T, D) for _ in range(3))
         flash_attention(q[:, :, :8], k[:, :, :8], v[:, :, :8])          # warm up the code paths
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        def status(key): return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1])
+        open('/proc/self/clear_refs', 'w').write('5')                    # reset the peak (VmHWM) to the current size
+        before = status('VmRSS:')
         {call}
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)''')
+        print(status('VmHWM:') - before)''')
     out = subprocess.run([sys.executable, '-c', prog], capture_output=True, text=True)
     if out.returncode: raise RuntimeError(out.stderr[-2000:])
-    return int(out.stdout.split()[-1]) / 1024                            # ru_maxrss is in KiB on Linux
+    return int(out.stdout.split()[-1]) / 1024                            # /proc reports KiB
