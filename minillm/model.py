@@ -5,15 +5,17 @@
 # %% ../nbs/00_model.ipynb #7c23576a
 from __future__ import annotations
 import math
-from dataclasses import dataclass, asdict, field
+from dataclasses import dataclass, asdict, field, replace
 from functools import partial
+from fastcore.basics import patch
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['ModelConfig', 'RMSNorm', 'rope_cos_sin', 'rotate_half', 'apply_rope', 'rope_tables', 'apply_rope_fast',
-           'stacked_names', 'linear', 'Attention', 'MLP', 'Block', 'Transformer']
+__all__ = ['ROPE_SCALING_KEYS', 'ModelConfig', 'RMSNorm', 'rope_cos_sin', 'rotate_half', 'apply_rope', 'rope_tables',
+           'apply_rope_fast', 'stacked_names', 'linear', 'Attention', 'MLP', 'Block', 'Transformer',
+           'check_rope_scaling', 'rope_inv_freq', 'scaled_rope_tables']
 
 # %% ../nbs/00_model.ipynb #74063e22
 @dataclass
@@ -31,6 +33,7 @@ class ModelConfig:
     max_seq_len: int = 2048      # context window the model was trained for
     tie_embeddings: bool = True  # LM head shares the token-embedding matrix
     attention_bias: bool = False # biases on the q/k/v projections (Qwen 2 has them)
+    rope_scaling: dict | None = None  # RoPE scaling as transformers writes it ({'rope_type': 'yarn', 'factor': 4.0, ...}); None: plain RoPE
 
     def __post_init__(self):
         if self.head_dim is None: self.head_dim = self.dim // self.n_heads
@@ -39,6 +42,7 @@ class ModelConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if self.head_dim % 2: raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.rope_scaling is not None: self.rope_scaling = check_rope_scaling(self.rope_scaling, self.max_seq_len)
 
     @classmethod
     def tiny(cls, **kw):
@@ -134,6 +138,10 @@ class Attention(nn.Module):
         if cache is not None:
             k, v, cmask = cache.update(self.layer_idx, k, v)                     # (B, H_kv, S, D)
             if mask is None: mask = cmask
+            attend = getattr(cache, 'attend', None)                              # a cache may compute attention itself (chapter 11)
+            if attend is not None:
+                y = attend(self.layer_idx, q, k, v, mask)                        # (B, H, T, D)
+                return linear(self.o_proj, y.transpose(1, 2).reshape(B, T, H * self.D))
         gqa = H != H_kv
         if mask is None and cache is None:   # plain causal attention over the T new tokens
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
@@ -191,10 +199,101 @@ class Transformer(nn.Module):
             pos = start + torch.arange(T, device=ids.device)[None]          # (B, T)
         pos = pos.expand(B, T)
         x = self.embed_tokens(ids)                                         # (B, T, C)
-        cos, sin = rope_tables(pos, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)  # (B, 1, T, D), shared by all layers
+        if self.cfg.rope_scaling is None: cos, sin = rope_tables(pos, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)  # (B, 1, T, D), shared by all layers
+        else: cos, sin = scaled_rope_tables(pos, self.cfg, x.dtype)     # the same tables with scaled frequencies (see the end)
         for layer in self.layers: x = layer(x, cos, sin, cache, mask)
         if cache is not None: cache.advance(T)
         if last_only: x = x[:, -1:]
         x = self.norm(x)
         logits = F.linear(x, self.embed_tokens.weight) if self.lm_head is None else linear(self.lm_head, x)
         return logits.float()                                              # (B, T, V)
+
+# %% ../nbs/00_model.ipynb #r0pe5ca2
+ROPE_SCALING_KEYS = {   # allowed keys of rope_scaling besides 'rope_type' (or the older 'type') and 'rope_theta'
+    'linear': ('factor', 'original_max_position_embeddings'),
+    'dynamic': ('factor', 'original_max_position_embeddings'),
+    'yarn': ('factor', 'original_max_position_embeddings', 'attention_factor', 'beta_fast', 'beta_slow', 'mscale',
+             'mscale_all_dim', 'truncate'),
+    'llama3': ('factor', 'original_max_position_embeddings', 'low_freq_factor', 'high_freq_factor'),
+}
+
+def check_rope_scaling(scaling:dict|None, max_seq_len:int) -> dict|None:
+    "A Hugging Face style `rope_scaling` dict checked and completed (`rope_type`, `original_max_position_embeddings`); None for plain RoPE."
+    if scaling is None: return None
+    if not isinstance(scaling, dict): raise ValueError(f"rope_scaling must be a dict such as {{'rope_type': 'yarn', 'factor': 4.0}}, got {scaling!r}")
+    s = dict(scaling)
+    rtype = s.pop('rope_type', None) or s.pop('type', None)
+    s.pop('type', None)
+    if rtype in (None, 'default'): return None
+    if rtype not in ROPE_SCALING_KEYS:
+        raise ValueError(f"rope_scaling type {rtype!r} is not supported; allowed: 'default', {', '.join(map(repr, ROPE_SCALING_KEYS))}")
+    allowed = ROPE_SCALING_KEYS[rtype] + ('rope_theta',)
+    extra = sorted(set(s) - set(allowed))
+    if extra: raise ValueError(f"rope_scaling {rtype!r}: unknown keys {extra}; allowed: {list(allowed)}")
+    f = s.get('factor')
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
+        raise ValueError(f"rope_scaling {rtype!r}: factor must be a number >= 1, got {f!r}")
+    if rtype == 'llama3' and not {'low_freq_factor', 'high_freq_factor'} <= set(s):
+        raise ValueError("rope_scaling 'llama3' needs low_freq_factor and high_freq_factor (Llama 3.1 uses 1.0 and 4.0)")
+    L = s.setdefault('original_max_position_embeddings', max_seq_len)
+    if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+        raise ValueError(f"rope_scaling: original_max_position_embeddings must be a positive integer, got {L!r}")
+    return {'rope_type': rtype, **s}
+
+def rope_inv_freq(head_dim:int, theta:float=10000.0, scaling:dict|None=None, seq_len:int|None=None) -> tuple[torch.Tensor, float]:
+    "Rotary inverse frequencies `(D/2,)` float32 and the attention factor (multiplies cos and sin) for plain or scaled RoPE."
+    s = scaling or {}
+    theta = s.get('rope_theta', theta)
+    D, rtype = head_dim, s.get('rope_type', 'default')
+    exps = torch.arange(0, D, 2, dtype=torch.int64).float() / D           # 2i / D
+    if rtype == 'dynamic':                                                 # raise the base once the sequence passes L
+        L, f = s['original_max_position_embeddings'], s['factor']
+        n = max(seq_len or L, L)
+        theta = theta * ((f * n / L) - (f - 1)) ** (D / (D - 2))
+    inv = 1.0 / (theta ** exps)                                            # theta_i = base^(-2i/D)
+    if rtype in ('default', 'dynamic'): return inv, 1.0
+    f, L = s['factor'], s['original_max_position_embeddings']
+    if rtype == 'linear': return inv / f, 1.0                              # position m turns like m / s did
+    if rtype == 'llama3':
+        lo_wl, hi_wl = L / s['low_freq_factor'], L / s['high_freq_factor']
+        wl = 2 * math.pi / inv                                             # wavelength of each pair, in positions
+        out = torch.where(wl > lo_wl, inv / f, inv)                        # long wavelengths: interpolate
+        smooth = (L / wl - s['low_freq_factor']) / (s['high_freq_factor'] - s['low_freq_factor'])
+        mid = ~(wl < hi_wl) & ~(wl > lo_wl)                                # in between: blend the two
+        return torch.where(mid, (1 - smooth) * out / f + smooth * out, out), 1.0
+    # yarn: keep pairs that turn more than beta_fast times within L, interpolate those under beta_slow turns, ramp between
+    def mscale(x, m=1.0): return 1.0 if x <= 1 else 0.1 * m * math.log(x) + 1.0
+    att = s.get('attention_factor')
+    if att is None:
+        m, m_all = s.get('mscale'), s.get('mscale_all_dim')
+        att = float(mscale(f, m) / mscale(f, m_all)) if m and m_all else mscale(f)
+    fast, slow = s.get('beta_fast') or 32, s.get('beta_slow') or 1
+    dim_for = lambda turns: D * math.log(L / (turns * 2 * math.pi)) / (2 * math.log(theta))   # pair index turning `turns` times in L
+    lo, hi = dim_for(fast), dim_for(slow)
+    if s.get('truncate', True): lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, D - 1)
+    if lo == hi: hi += 0.001
+    ramp = ((torch.arange(D // 2, dtype=torch.float32) - lo) / (hi - lo)).clamp(0, 1)   # 0: keep, 1: interpolate
+    pos_freqs = theta ** exps
+    keep = 1 - ramp
+    return (1.0 / (f * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep, att
+
+def scaled_rope_tables(pos:torch.Tensor, cfg:ModelConfig, dtype=torch.float32):
+    "`rope_tables` for `cfg.rope_scaling`: cos and sign-folded sin `(B, 1, T, D)`, both times the attention factor."
+    s = cfg.rope_scaling
+    seq_len = int(pos.max()) + 1 if s['rope_type'] == 'dynamic' else None    # dynamic: frequencies follow the longest position
+    inv, att = rope_inv_freq(cfg.head_dim, cfg.rope_theta, s, seq_len)
+    freqs = pos.float()[..., None] * inv.to(pos.device)                     # (B, T, D/2)
+    emb = torch.cat([freqs, freqs], dim=-1)                                 # (B, T, D)
+    cos, sin = emb.cos() * att, emb.sin() * att
+    h = cfg.head_dim // 2
+    return cos.to(dtype)[:, None], torch.cat([-sin[..., :h], sin[..., h:]], dim=-1).to(dtype)[:, None]
+
+@patch
+def with_rope_scaling(self:ModelConfig, scaling:dict|None) -> ModelConfig:
+    "A copy of this config with RoPE `scaling` (None: plain RoPE); `max_seq_len` grows to factor x the trained length."
+    L = self.max_seq_len if self.rope_scaling is None else self.rope_scaling['original_max_position_embeddings']
+    if scaling is None: return replace(self, rope_scaling=None, max_seq_len=L)   # back to the trained context
+    s = check_rope_scaling(scaling, L)
+    if s is None: return self.with_rope_scaling(None)
+    return replace(self, rope_scaling=s, max_seq_len=max(self.max_seq_len, int(s['factor'] * s['original_max_position_embeddings'])))

@@ -207,24 +207,30 @@ def hf_config(cfg:dict, path='') -> ModelConfig:
     if mt not in SUPPORTED_ARCHS:
         raise ModelLoadError(f"{path}: unsupported model_type {mt!r}; minillm loads {', '.join(SUPPORTED_ARCHS)} (Llama layout)")
     rope = cfg.get('rope_parameters') or {}
-    scaling = cfg.get('rope_scaling') or {}
-    rtype = scaling.get('rope_type', scaling.get('type', rope.get('rope_type', 'default')))
-    if rtype not in (None, 'default'):
-        raise ModelLoadError(f"{path}: rope scaling {rtype!r} is not supported (only plain RoPE)")
+    scaling = dict(cfg.get('rope_scaling') or rope)                # older configs: rope_scaling (wins, as in transformers); version 5: rope_parameters
+    scaling.pop('rope_theta', None); scaling.pop('partial_rotary_factor', None)
+    if 'original_max_position_embeddings' in cfg: scaling.setdefault('original_max_position_embeddings', cfg['original_max_position_embeddings'])
     n_heads = cfg['num_attention_heads']
-    return ModelConfig(vocab_size=cfg['vocab_size'], dim=cfg['hidden_size'], n_layers=cfg['num_hidden_layers'], n_heads=n_heads,
+    out = ModelConfig(vocab_size=cfg['vocab_size'], dim=cfg['hidden_size'], n_layers=cfg['num_hidden_layers'], n_heads=n_heads,
                        n_kv_heads=cfg.get('num_key_value_heads') or n_heads, hidden_dim=cfg['intermediate_size'],
                        head_dim=cfg.get('head_dim') or cfg['hidden_size'] // n_heads, norm_eps=cfg.get('rms_norm_eps', 1e-6),
-                       rope_theta=rope.get('rope_theta', cfg.get('rope_theta', 10000.0)),
+                       rope_theta=(cfg.get('rope_scaling') or {}).get('rope_theta') or rope.get('rope_theta', cfg.get('rope_theta', 10000.0)),
                        max_seq_len=cfg.get('max_position_embeddings', 2048), tie_embeddings=cfg.get('tie_word_embeddings', False),
                        attention_bias=cfg.get('attention_bias', False))
+    try: return out.with_rope_scaling(scaling) if scaling.get('rope_type', scaling.get('type')) not in (None, 'default') else out
+    except ValueError as e: raise ModelLoadError(f"{path}: {e}") from e
 
 def hf_config_dict(cfg:ModelConfig, **extra) -> dict:
     "The inverse of `hf_config`: a Llama `config.json` dict for `cfg`."
+    s = cfg.rope_scaling
+    if s is not None:   # transformers' dynamic NTK reads the trained length from max_position_embeddings
+        extra = {'rope_scaling': dict(s), **extra}
+        if s['rope_type'] == 'dynamic': extra.setdefault('max_position_embeddings', s['original_max_position_embeddings'])
+    extra.setdefault('max_position_embeddings', cfg.max_seq_len)
     return dict(architectures=['LlamaForCausalLM'], model_type='llama', vocab_size=cfg.vocab_size, hidden_size=cfg.dim,
                 num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
                 intermediate_size=cfg.hidden_dim, head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta,
-                max_position_embeddings=cfg.max_seq_len, tie_word_embeddings=cfg.tie_embeddings,
+                tie_word_embeddings=cfg.tie_embeddings,
                 attention_bias=cfg.attention_bias, hidden_act='silu', torch_dtype='float32', **extra)
 
 def hf_state_dict(folder:Path) -> dict[str, torch.Tensor]:
@@ -294,8 +300,9 @@ class LLM:
     def device(self) -> torch.device: return self.model.device
 
     @classmethod
-    def load(cls, path:str|Path|None=None, device:str|torch.device='cpu', dtype:torch.dtype=torch.float32, progress:bool=True) -> 'LLM':
-        "Load a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct)."
+    def load(cls, path:str|Path|None=None, device:str|torch.device='cpu', dtype:torch.dtype=torch.float32, progress:bool=True,
+             rope_scaling:dict|None=None) -> 'LLM':
+        "Load a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct); `rope_scaling` as in transformers' config overrides the file's."
         name = 'SmolLM2-135M-Instruct' if path is None else None
         if path is None: path = default_model(progress=progress)
         path = Path(path).expanduser()
@@ -315,6 +322,7 @@ class LLM:
             tk_, settings = gguf_tokenizer(reader, path)
             model = build_model(cfg, gguf_state_dict(reader, cfg, progress), device, dtype, path)
             tok = Tokenizer(tk_, **settings)
+        if rope_scaling is not None: model.cfg = model.cfg.with_rope_scaling(rope_scaling)   # tables follow the config: no weight changes
         return cls(model, tok, name=name or (path.stem if path.is_file() else path.name))
 
     def __repr__(self):
