@@ -387,7 +387,7 @@ class H2OCache(_ScoredCache):
         self.budget, self.recent = budget, recent
         super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
 
-    def attend(self, layer:int, q, k, v, mask):
+    def compute_attention(self, layer:int, q, k, v, mask):
         "Attention with explicit weights, whose column sums are added to each entry's score."
         y, w = attention_weights(q, k, v, mask)
         self._add_score(layer, w.sum((2, 3)))                               # (B, H_kv, n)
@@ -405,7 +405,7 @@ class SnapKVCache(_ScoredCache):
 
     recent = property(lambda self: min(self.window, self.held))
 
-    def attend(self, layer:int, q, k, v, mask):
+    def compute_attention(self, layer:int, q, k, v, mask):
         "SDPA for the output; explicit weights for the last `window` queries only, which become this pass's votes."
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
         w_obs = min(self.window, q.shape[2])

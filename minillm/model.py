@@ -138,7 +138,7 @@ class Attention(nn.Module):
         if cache is not None:
             k, v, cmask = cache.update(self.layer_idx, k, v)                     # (B, H_kv, S, D)
             if mask is None: mask = cmask
-            attend = getattr(cache, 'attend', None)                              # a cache may compute attention itself (chapter 11)
+            attend = getattr(cache, 'compute_attention', None)                   # a cache may compute attention itself (chapter 11)
             if attend is not None:
                 y = attend(self.layer_idx, q, k, v, mask)                        # (B, H, T, D)
                 return linear(self.o_proj, y.transpose(1, 2).reshape(B, T, H * self.D))
