@@ -16,10 +16,11 @@ from .sampling import SamplingParams, process_logits, resolve_params, control_st
 from .loop import machine_info
 
 # %% auto #0
-__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'STRING_CHAR', 'MAX_DIGITS', 'SUPPORTED', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa',
-           'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
-           'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
-           'response_format_constraint', 'draw_allowed', 'constraint_explorer']
+__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'STRING_CHAR', 'MAX_DIGITS', 'SUPPORTED', 'BACKENDS', 'ByteDFA', 'utf8_sequences',
+           'regex_to_dfa', 'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer',
+           'Constraint', 'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex',
+           'compile_constraint', 'response_format_constraint', 'llg_tokenizer', 'llg_allowed', 'LLGConstraint',
+           'draw_allowed', 'constraint_explorer']
 
 # %% ../nbs/05a_constrained.ipynb #cc000011
 DEAD = -1   # the state no string can leave: a token that leads here is forbidden
@@ -613,26 +614,34 @@ def json_object_regex(depth:int=3, ws:str=r'[ ]?') -> str:
 # %% ../nbs/05a_constrained.ipynb #cc000061
 def _key(v): return json.dumps(v, ensure_ascii=False)   # property order matters: the output follows it
 
+def _spec_regex(kind:str, v) -> tuple[str, object]:
+    "The regex of one specification, and the source to keep with it."
+    if kind == 'regex': return v, v
+    if kind == 'choice': return '(' + '|'.join(re.escape(c) for c in v) + ')', v
+    if kind == 'json_object': return json_object_regex(), {'type': 'object'}
+    return schema_to_regex(v), v
+
+BACKENDS = ('minillm', 'llguidance')
+
 @functools.lru_cache(maxsize=256)
-def _compile_cached(kind:str, key:str) -> Constraint:
-    v = json.loads(key)
-    if kind == 'regex': return Constraint(v, 'regex', v)
-    if kind == 'choice': return Constraint('(' + '|'.join(re.escape(c) for c in v) + ')', 'choice', v)
-    if kind == 'json_object': return Constraint(json_object_regex(), 'json_object', {'type': 'object'})
-    return Constraint(schema_to_regex(v), 'json_schema', v)
+def _compile_cached(kind:str, key:str, backend:str='minillm'):
+    regex, source = _spec_regex(kind, json.loads(key))
+    return (Constraint if backend == 'minillm' else LLGConstraint)(regex, kind, source)
 
 def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|None=None, json_object:bool=False,
-                       tokenizer:Tokenizer|None=None) -> Constraint:
-    "A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached."
+                       tokenizer:Tokenizer|None=None, backend:str='minillm'):
+    "A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance."
     given = [k for k, v in dict(regex=regex, json_schema=json_schema, choice=choice).items() if v is not None] + (['json_object'] if json_object else [])
     if len(given) != 1: raise ValueError(f"give exactly one of regex, json_schema, choice or json_object=True; got {given or 'none'}")
     kind = given[0]
+    if backend not in BACKENDS: raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == 'llguidance': _llguidance()                    # a clear error now if it is not installed
     if kind == 'regex' and not isinstance(regex, str): raise ValueError(f"regex must be a str, got {type(regex).__name__}")
     if kind == 'choice' and (not isinstance(choice, (list, tuple)) or not choice or not all(isinstance(c, str) and c for c in choice)):
         raise ValueError(f"choice must be a non-empty list of non-empty strings, got {choice!r}")
     if kind == 'json_schema' and not isinstance(json_schema, (dict, bool)):
         raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(json_schema).__name__}")
-    c = _compile_cached(kind, _key(list(choice) if kind == 'choice' else True if kind == 'json_object' else dict(regex=regex, json_schema=json_schema)[kind]))
+    c = _compile_cached(kind, _key(list(choice) if kind == 'choice' else True if kind == 'json_object' else dict(regex=regex, json_schema=json_schema)[kind]), backend)
     return c.bind(tokenizer) if tokenizer is not None else c
 
 _sampling._constraint_factory = lambda kind, value: compile_constraint(**{kind: value})   # regex=, json_schema=, choice= in resolve_params
@@ -657,6 +666,86 @@ def response_format_constraint(response_format) -> Constraint|None:
         if 'schema' not in js: raise ValueError("response_format.json_schema.schema is missing")
         return compile_constraint(json_schema=js['schema'])
     raise ValueError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {t!r}")
+
+# %% ../nbs/05a_constrained.ipynb #cc000082
+def _llguidance():
+    "The llguidance module, or a ValueError that says how to get it."
+    try:
+        import llguidance, llguidance.numpy
+    except ImportError:
+        raise ValueError("backend='llguidance' needs the llguidance package: pip install llguidance "
+                         "(or leave backend='minillm', the default)") from None
+    return llguidance
+
+_LLG_TOKENIZERS = weakref.WeakKeyDictionary()
+def llg_tokenizer(tokenizer:Tokenizer):
+    "An LLGuidance tokenizer built from the same `tokenizers` JSON as ours (made once per tokenizer)."
+    llg = _llguidance()
+    if tokenizer not in _LLG_TOKENIZERS:
+        _LLG_TOKENIZERS[tokenizer] = llg.LLTokenizer(tokenizer.tok.to_str(), n_vocab=tokenizer.vocab_size, eos_token=sorted(tokenizer.stop_token_ids))
+    return _LLG_TOKENIZERS[tokenizer]
+
+def llg_allowed(matcher, V:int) -> list[int]:
+    "Token ids an `LLMatcher` allows next, read from its bitmask."
+    bits = _llguidance().numpy.allocate_token_bitmask(1, V)
+    _llguidance().numpy.fill_next_token_bitmask(matcher, bits, 0)
+    return np.unpackbits(bits.view(np.uint8), bitorder='little')[:V].nonzero()[0].tolist()
+
+class LLGConstraint:
+    "The same contract as `Constraint` (`apply(logits, tokens, n_prompt)`, a function of each row's generated tokens), masked by LLGuidance."
+    def __init__(self, regex:str, kind:str='regex', source=None, tokenizer:Tokenizer|None=None, max_prefixes:int=1024):
+        llg = _llguidance()
+        self.regex, self.kind, self.source, self.tokenizer, self.max_prefixes = regex, kind, source, tokenizer, max_prefixes
+        t0 = time.perf_counter()
+        self.grammar = llg.LLMatcher.grammar_from_regex(regex)
+        err = llg.LLMatcher.validate_grammar(self.grammar)      # '' when the grammar is fine
+        if err: raise ValueError(f"LLGuidance rejects the regex {regex[:80]!r}: {err}")
+        self.compile_time = time.perf_counter() - t0
+        self._matchers = weakref.WeakKeyDictionary()             # tokenizer -> {generated prefix: LLMatcher that consumed it}
+
+    def bind(self, tokenizer:Tokenizer) -> 'LLGConstraint':
+        "This constraint tied to `tokenizer` (no lookup by vocabulary size)."
+        c = LLGConstraint.__new__(LLGConstraint); c.__dict__.update(self.__dict__)
+        c.tokenizer, c._matchers = register_tokenizer(tokenizer), weakref.WeakKeyDictionary()
+        return c
+
+    def matcher(self, tokenizer:Tokenizer, ids) -> 'llguidance.LLMatcher':
+        "A matcher that has consumed the generated tokens `ids`: the cached one for `ids`, the one for `ids[:-1]` advanced by one token, or a new one."
+        llg, cache = _llguidance(), self._matchers.setdefault(tokenizer, {})
+        key = tuple(ids)
+        if key in cache: cache[key] = cache.pop(key); return cache[key]   # most recently used goes last
+        if key and key[:-1] in cache: m, todo = cache.pop(key[:-1]), key[-1:]   # the usual step: one more token
+        else: m, todo = llg.LLMatcher(llg_tokenizer(tokenizer), self.grammar), key   # a new row, or one rolled back
+        for t in todo:
+            if not m.consume_token(t) or m.is_error():
+                raise ValueError(f"the tokens generated so far {list(key[-8:])} (last 8) already break the format {self.regex[:80]!r}")
+        cache[key] = m
+        while len(cache) > self.max_prefixes: cache.pop(next(iter(cache)))
+        return m
+
+    def apply(self, logits:torch.Tensor, tokens:torch.Tensor|None, n_prompt:int=0) -> torch.Tensor:
+        "Logits `(B, V)` with -inf on every token LLGuidance forbids after row b's generated tokens `tokens[b, n_prompt:]`."
+        if tokens is None: raise ValueError("a constraint needs the tokens so far (tokens, n_prompt) to know where each row is in its format")
+        llg, V = _llguidance(), logits.shape[-1]
+        tok = self.tokenizer or _tokenizer_for(V)
+        if V < tok.vocab_size: raise ValueError(f"logits have {V} columns but the tokenizer has {tok.vocab_size} tokens")
+        stops = set(tok.stop_token_ids)
+        bits = llg.numpy.allocate_token_bitmask(logits.shape[0], tok.vocab_size)
+        finished = []
+        for b, row in enumerate(tokens[:, n_prompt:].tolist()):
+            end = next((i for i, t in enumerate(row) if t in stops), None)
+            if end is None: llg.numpy.fill_next_token_bitmask(self.matcher(tok, row), bits, b)
+            else: self.matcher(tok, row[:end + 1]); finished.append(b)   # checks the text up to its stop token
+        allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder='little')[:, :tok.vocab_size].astype(bool)
+        for b in finished: allowed[b] = False; allowed[b, sorted(stops)] = True   # finished: only stop tokens may follow (as in ours)
+        ban = torch.ones(logits.shape, dtype=torch.bool)
+        ban[:, :tok.vocab_size] = torch.from_numpy(~allowed)
+        return logits.masked_fill(ban.to(logits.device), float('-inf'))
+
+    def __eq__(self, other): return isinstance(other, LLGConstraint) and (self.regex, self.tokenizer) == (other.regex, other.tokenizer)
+    def __hash__(self): return hash(('llguidance', self.regex))
+    def __repr__(self): return f"LLGConstraint({self.kind}, regex={self.regex[:60]!r}{'...' if len(self.regex) > 60 else ''})"
+
 
 # %% ../nbs/05a_constrained.ipynb #cc000111
 def draw_allowed(fig, c:Constraint, prefix:str, tokenizer:Tokenizer, n:int=24) -> str:
