@@ -437,7 +437,7 @@ def set_length(self:PagedKVCache, seq_id, n:int):
     while len(t) > self.blocks_for(n): self._release(t.pop())
 
 @patch
-def batch(self:PagedKVCache, seq_ids) -> PagedBatch:
+def batch(self:PagedKVCache, seq_ids):   # -> PagedBatch (defined below)
     "The sequences `seq_ids` (created if new) as the `cache` of one forward pass, one row each."
     for s in seq_ids:
         if s not in self.tables: self.add(s)
