@@ -19,11 +19,11 @@ import minillm.beam, minillm.batching   # beam search and the batched `LLM.gener
 # %% auto #0
 __all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'NS', 'STRATEGIES', 'Problem', 'make_problems',
            'few_shot', 'problem_set', 'extract_answer', 'check', 'prompt_for', 'pass_at_k', 'majority_vote',
-           'weighted_vote', 'best_of_n', 'oracle', 'PrefixStore', 'run_shared', 'sample_n', 'shared_prefix',
-           'collect_samples', 'save_samples', 'load_samples', 'judge_prompt', 'judge_yes', 'judge_samples',
-           'judge_scores', 'beam_answers', 'strategy_correct', 'subsets_for', 'accuracy_table', 'bootstrap_ci',
-           'summarize', 'plot_accuracy', 'test_time_explorer', 'blocks_for', 'separate_blocks', 'shared_blocks',
-           'step_cost_fit', 'predict_seconds']
+           'weighted_vote', 'best_of_n', 'oracle', 'sampling_engine', 'greedy_and_samples', 'collect_samples',
+           'concat_rows', 'save_samples', 'load_samples', 'judge_prompt', 'judge_yes', 'judge_samples', 'judge_scores',
+           'beam_answers', 'strategy_correct', 'subsets_for', 'accuracy_table', 'bootstrap_ci', 'summarize',
+           'plot_accuracy', 'test_time_explorer', 'blocks_for', 'separate_blocks', 'shared_blocks', 'step_cost_fit',
+           'predict_seconds']
 
 # %% ../nbs/10_test_time.ipynb #t10c10
 @dataclass(frozen=True)
@@ -165,98 +165,39 @@ def oracle(answers:list, correct) -> bool:
     return any(a == correct for a in answers)
 
 # %% ../nbs/10_test_time.ipynb #t10c31
-class PrefixStore:
-    "Keys and values of prompt prefixes prefilled once (one row each), copied into the cache of every later prompt that starts with one of them."
-    def __init__(self, llm:LLM):
-        self.llm, self.entries, self.hits, self.saved_tokens = llm, {}, 0, 0
+def sampling_engine(llm:LLM, n:int, max_len:int, block_size:int=16) -> Engine:
+    "A chapter 07 `Engine` with prefix caching for one greedy row and `n` samples of prompts up to `max_len` tokens (prompt plus new tokens)."
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1: raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
+    per_row = -(-max_len // block_size) + 1                               # a row's blocks, and one to copy on write
+    return Engine(llm, max_batch_size=n + 1, num_blocks=(n + 1) * per_row + 64, block_size=block_size,
+                  max_tokens_per_step=None, prefix_caching=True)
 
-    def add(self, ids:list[int]):
-        "Prefill `ids` and keep their keys and values."
-        ids = tuple(ids)
-        if not ids: raise ValueError("a prefix needs at least one token")
-        if ids not in self.entries:
-            c = KVCache.for_model(self.llm.model, 1, len(ids))
-            with torch.inference_mode(): self.llm.model(torch.tensor([ids], device=self.llm.device), cache=c, last_only=True)
-            self.entries[ids] = c
-        return self
-
-    def prefill(self, ids:list[int], max_len:int) -> tuple[KVCache, torch.Tensor]:
-        "A one-row cache of `max_len` slots holding `ids` (the longest stored prefix copied, the rest computed) and the logits `(1, V)` after it."
-        model, dev = self.llm.model, self.llm.device
-        L = max((len(p) for p in self.entries if len(p) < len(ids) and tuple(ids[:len(p)]) == p), default=0)
-        cache = KVCache.for_model(model, 1, max_len)
-        if L:
-            pre = self.entries[tuple(ids[:L])]
-            cache.k[:, :, :, :L], cache.v[:, :, :, :L] = pre.k[:, :, :, :L], pre.v[:, :, :, :L]
-            cache.set_lengths(L); self.hits += 1; self.saved_tokens += L
-        logits = model(torch.tensor([ids[L:]], device=dev), cache=cache, last_only=True)[:, -1]   # (1, V)
-        return cache, logits
-
-def run_shared(llm:LLM, ids:list[int], params:list[SamplingParams], store:PrefixStore|None=None) -> list[Generation]:
-    "One row per entry of `params`, all continuing the same prompt `ids`: one prefill (a stored prefix reused), its keys and values copied to every row, then batched decoding; finished rows leave."
-    if not params: raise ValueError("params must list at least one SamplingParams (one per row)")
-    reqs = [Request(llm, ids, q, i) for i, q in enumerate(params)]
-    t0 = time.perf_counter()
-    for r in reqs:
-        r.t_arrival = t0
-        if r.params.max_new_tokens == 0: r.finish_reason, r.t_done = 'length', t0
-    live = [r for r in reqs if not r.finished]
-    if not live: return [r.result() for r in reqs]
-    model, dev = llm.model, llm.device
-    with torch.inference_mode():
-        one, logits = (store or PrefixStore(llm)).prefill(ids, len(ids) + max(r.params.max_new_tokens for r in live))
-        cache = one.select([0] * len(live))                                # (B, ...) every row a copy of the prompt's keys and values
-        logits = logits.expand(len(live), -1)                              # (B, V)
-        while True:
-            nxt, lp = pick_rows(live, logits)
-            now, keep = time.perf_counter(), []
-            for b, (r, t) in enumerate(zip(live, nxt)):
-                r.add(t, lp[b])
-                if r.t_first is None: r.t_first = now
-                if r.finished: r.t_done = now
-                else: keep.append(b)
-            if not keep: break
-            if len(keep) < len(live):                                      # finished rows leave the batch
-                cache, live, nxt = cache.select(keep), [live[b] for b in keep], [nxt[b] for b in keep]
-            logits = model(torch.tensor(nxt, device=dev)[:, None], cache=cache, last_only=True)[:, -1]   # (B, V)
-    return [r.result() for r in reqs]
-
-def sample_n(llm:LLM, prompt, params:SamplingParams|None=None, store:PrefixStore|None=None, **kwargs) -> list[Generation]:
-    "`params.n` samples of one prompt in one static batch with one prefill; sample i uses seed + i, exactly as `llm.generate(prompt, n=...)`."
-    p = resolve_params(params, **kwargs)
-    return run_shared(llm, encode_prompt(llm, prompt, p.max_new_tokens), sample_params(p), store)
-
-def shared_prefix(seqs:list[list[int]]) -> list[int]:
-    "The longest run of tokens that every sequence of `seqs` starts with."
-    if not seqs: raise ValueError("need at least one sequence")
-    n = min(len(s) for s in seqs)
-    for i in range(n):
-        if any(s[i] != seqs[0][i] for s in seqs): return list(seqs[0][:i])
-    return list(seqs[0][:n])
+def greedy_and_samples(eng:Engine, prompt, params:SamplingParams) -> tuple[Generation, list[Generation]]:
+    "The greedy reply and the `params.n` samples (sample i seeded `params.seed + i`) of one prompt, submitted to `eng` together and run to the end: one batch, the samples sharing the prompt's blocks."
+    g = eng.submit(prompt, SamplingParams.greedy(max_new_tokens=params.max_new_tokens))
+    s = eng.submit(prompt, params)
+    eng.run()
+    return eng.result(g), [eng.result(i) for i in ([s] if isinstance(s, int) else s)]
 
 # %% ../nbs/10_test_time.ipynb #t10c40
 NO_ANSWER = -(10 ** 9)   # stored in place of None: the sample had no integer in it
 
 def collect_samples(llm:LLM, problems:list[Problem], n:int=64, temperature:float=1.0, seed:int=0,
                     max_new_tokens:int=6, cot:bool=False, progress:bool=True) -> dict:
-    "Greedy plus `n` samples per problem in one batch (problem i's sample j uses seed `seed + 1000 i + j`); the few-shot prefix of each family is prefilled once. Arrays `(P, n)` and `(P,)`."
+    "Greedy plus `n` samples per problem (problem i's sample j uses seed `seed + 1000 i + j`) through one `sampling_engine`: one prefill per problem shared by its samples, a family's few-shot blocks computed once. Arrays `(P, n)` and `(P,)`."
     from tqdm.auto import tqdm
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1000: raise ValueError(f"n must be an integer in [1, 1000], got {n!r}")
     if not problems: raise ValueError("problems must be a non-empty list of Problem")
     P, ids = len(problems), [encode_prompt(llm, prompt_for(p, cot=cot), max_new_tokens) for p in problems]
-    store = PrefixStore(llm)
-    for f in dict.fromkeys(p.family for p in problems):
-        fam = [x for x, p in zip(ids, problems) if p.family == f]
-        if len(fam) > 1 and (pre := shared_prefix(fam)): store.add(pre)
+    eng = sampling_engine(llm, n, max(len(x) for x in ids) + max_new_tokens)
     out = dict(answers=np.full((P, n), NO_ANSWER, np.int64), logprob=np.zeros((P, n), np.float32), ntok=np.zeros((P, n), np.int16),
                texts=np.empty((P, n), object), greedy_answer=np.full(P, NO_ANSWER, np.int64), greedy_text=np.empty(P, object),
                greedy_ntok=np.zeros(P, np.int16), prompt_len=np.array([len(x) for x in ids], np.int16),
                correct=np.array([p.answer for p in problems], np.int64), seconds=np.zeros(P, np.float32))
     for i, pr in enumerate(tqdm(problems, disable=not progress, desc=f"greedy + {n} samples per problem")):
         t0 = time.perf_counter()
-        rows = [SamplingParams.greedy(max_new_tokens=max_new_tokens)] + sample_params(
-            SamplingParams(temperature=temperature, seed=seed + 1000 * i, n=n, max_new_tokens=max_new_tokens))
-        g, *gens = run_shared(llm, ids[i], rows, store)
+        g, gens = greedy_and_samples(eng, ids[i], SamplingParams(temperature=temperature, seed=seed + 1000 * i, n=n, max_new_tokens=max_new_tokens))
         out['seconds'][i] = time.perf_counter() - t0
         a = extract_answer(g.text)
         out['greedy_answer'][i], out['greedy_text'][i], out['greedy_ntok'][i] = NO_ANSWER if a is None else a, g.text, len(g.token_ids)
@@ -266,6 +207,15 @@ def collect_samples(llm:LLM, problems:list[Problem], n:int=64, temperature:float
             out['logprob'][i, j], out['ntok'][i, j], out['texts'][i, j] = sum(s.logprobs), len(s.token_ids), s.text
     for k in ('texts', 'greedy_text'): out[k] = out[k].astype(str)
     return out
+
+def concat_rows(a:dict, b:dict) -> dict:
+    "The rows of two sample dicts with the same keys (arrays indexed by problem first, with an `index` of problem numbers), sorted by `index`."
+    if set(a) != set(b): raise ValueError(f"the two sample dicts must have the same keys, got {sorted(a)} and {sorted(b)}")
+    if 'index' not in a: raise ValueError("sample dicts need an 'index' array (the problem number of each row)")
+    out = {k: np.concatenate([np.asarray(a[k]), np.asarray(b[k])]) for k in a}
+    if len(np.unique(out['index'])) != len(out['index']): raise ValueError("the two sample dicts share a problem index")
+    order = np.argsort(out['index'], kind='stable')
+    return {k: v[order] for k, v in out.items()}
 
 def save_samples(path, **arrays):
     "Save named arrays (and dicts of them, stored as `name/key`) to one compressed `.npz` file, without pickles."
