@@ -72,8 +72,6 @@ class Request:
         self.ban = (torch.tensor(self.eos, dtype=torch.long, device=llm.device)
                     if params.min_new_tokens and self.stop_ids else None)   # held back until min_new_tokens
         self.plain = params.is_greedy and _history_free(params)            # argmax of the raw logits, nothing else
-        self.warp = (None if params.is_greedy or not _history_free(params)   # sampled rows whose processing ignores the text so far:
-                     else (params.temperature, params.top_k, params.top_p, params.min_p, params.typical_p))   # rows with one key share a call
         self.out, self.logprobs, self.tops = [], [], []
         self.finish_reason, self.status = None, 'new'
         self.t_arrival = self.t_first = self.t_done = None                 # perf_counter times, for latency metrics
@@ -123,15 +121,7 @@ def pick_rows(reqs:list[Request], logits:torch.Tensor) -> tuple[list[int], torch
     "Next token of every row of `logits` `(B, V)` (row b belongs to `reqs[b]`), and the log-probabilities `(B, V)`."
     lp = F.log_softmax(logits.float(), -1)
     greedy = logits.argmax(-1).tolist()                                   # one call for every plain greedy row
-    out = [g if r.plain else None for r, g in zip(reqs, greedy)]
-    groups = {}
-    for b, r in enumerate(reqs):
-        if r.warp is not None: groups.setdefault(r.warp, []).append(b)
-    for rows in groups.values():                                          # sampled rows with the same settings: one processing call
-        probs = process_logits(logits[rows].float(), reqs[rows[0]].params).softmax(-1)   # (G, V), row by row as `sample` computes it
-        if probs.isnan().any(): continue                                  # `pick` below raises the error `sample` gives
-        for i, b in enumerate(rows): out[b] = int(torch.multinomial(probs[i:i + 1], 1, generator=reqs[b].gen))   # each its own generator
-    return [t if t is not None else r.pick(logits[b:b + 1]) for b, (r, t) in enumerate(zip(reqs, out))], lp
+    return [g if r.plain else r.pick(logits[b:b + 1]) for b, (r, g) in enumerate(zip(reqs, greedy))], lp
 
 # %% ../nbs/07_batching.ipynb #07c00011
 def is_batch(prompt) -> bool:
