@@ -17,17 +17,17 @@ from .weights import LLM
 from .loop import Generation, TextAssembler, encode_prompt, machine_info
 from .sampling import SamplingParams, sample, resolve_params, process_logits, sample_params
 from .kvcache import KVCache
-from .speculative import make_draft, process_rows, accept_draft, accept_greedy, _history_free
+from .speculative import make_draft, draft_picker, verify_round, _history_free
 import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
 
 # %% auto #0
 __all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params',
            'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant',
-           'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput', 'Engine', 'SegmentedAttention',
-           'PackedBatch', 'forward_packed', 'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics',
-           'Arrival', 'poisson_workload', 'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench',
-           'plot_serving', 'shared_prefix_workload', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps',
-           'plot_timeline', 'schedule_stand_in', 'engine_explorer']
+           'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput', 'check_engine_args', 'Engine',
+           'SegmentedAttention', 'PackedBatch', 'forward_packed', 'block_hashes', 'plot_blocks',
+           'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload', 'serve_one_at_a_time',
+           'serve_static', 'serve_engine', 'serving_bench', 'plot_serving', 'shared_prefix_workload', 'step_split',
+           'plot_steps', 'goals_bench', 'serve_engine_steps', 'plot_timeline', 'schedule_stand_in', 'engine_explorer']
 
 # %% ../nbs/07_batching.ipynb #07c00104
 def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
@@ -513,6 +513,18 @@ class StepOutput:
     finished: bool = False
     finish_reason: str | None = None      # "stop", "length" or "cancelled" once finished
 
+def check_engine_args(max_batch_size:int=16, max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP, prefix_caching:bool=False,
+                      num_blocks:int|None=None, block_size:int=16):
+    "Raise a `ValueError` naming the setting when the `Engine` settings are not allowed (the server checks them before loading a model)."
+    ints = dict(max_batch_size=max_batch_size, block_size=block_size, num_blocks=num_blocks, max_tokens_per_step=max_tokens_per_step)
+    for name, v in ints.items():
+        if v is None and name in ('num_blocks', 'max_tokens_per_step'): continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"Engine: {name} must be an integer >= 1, got {v!r}")
+    if max_tokens_per_step is not None and max_tokens_per_step < max_batch_size:
+        raise ValueError(f"Engine: max_tokens_per_step ({max_tokens_per_step}) must be >= max_batch_size ({max_batch_size}), "
+                         f"so that every running request can decode in every step")
+    if not isinstance(prefix_caching, bool): raise ValueError(f"Engine: prefix_caching must be True or False, got {prefix_caching!r}")
+
 class Engine:
     "Continuous batching: requests join and leave between steps (iteration-level scheduling), their keys and values in a `PagedKVCache`."
     def __init__(self, llm:LLM, max_batch_size:int=16,
@@ -520,14 +532,7 @@ class Engine:
                  block_size:int=16,               # slots per block
                  max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP,  # token budget of one step (decode rows + prefill chunks); None: no limit
                  prefix_caching:bool=False):      # keep full prompt blocks after a request ends and reuse them for equal prefixes
-        ints = dict(max_batch_size=max_batch_size, block_size=block_size, num_blocks=num_blocks, max_tokens_per_step=max_tokens_per_step)
-        for name, v in ints.items():
-            if v is None and name in ('num_blocks', 'max_tokens_per_step'): continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"Engine: {name} must be an integer >= 1, got {v!r}")
-        if max_tokens_per_step is not None and max_tokens_per_step < max_batch_size:
-            raise ValueError(f"Engine: max_tokens_per_step ({max_tokens_per_step}) must be >= max_batch_size ({max_batch_size}), "
-                             f"so that every running request can decode in every step")
-        if not isinstance(prefix_caching, bool): raise ValueError(f"Engine: prefix_caching must be True or False, got {prefix_caching!r}")
+        check_engine_args(max_batch_size, max_tokens_per_step, prefix_caching, num_blocks, block_size)
         self.llm, self.max_batch_size, self.max_tokens_per_step, self.prefix_caching = llm, max_batch_size, max_tokens_per_step, prefix_caching
         if num_blocks is None: num_blocks = max(-(-llm.config.max_seq_len // block_size), -(-max_batch_size * 512 // block_size))
         self.cache = PagedKVCache.for_model(llm.model, num_blocks, block_size)
@@ -887,20 +892,9 @@ def fork(self:PagedKVCache, src, dst):
 
 
 # %% ../nbs/07_batching.ipynb #07c00030
-def _draft_picker(params:SamplingParams, n_prompt:int, eos, gen, dev):
-    "The draft's `(1, V)` logits -> its token and q, as chapter 06's `speculative_steps` computes them for one prompt."
-    hist_free = _history_free(params)
-    def draft_pick(logits, hist):
-        lg = (process_logits(logits.float(), params) if hist_free
-              else process_logits(logits.float(), params, torch.tensor([hist], device=dev), n_prompt, eos))
-        if params.is_greedy: return int(lg.argmax(-1)), None
-        q = lg.softmax(-1)
-        return int(torch.multinomial(q, 1, generator=gen)), q
-    return draft_pick
-
 def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:int=5, max_ngram:int=3) -> list[Generation]:
     "Speculative decoding for a batch: every row drafts its own tokens, one forward pass verifies all rows, each row keeps its own number of tokens and rolls back its own cache."
-    model, dev, V, k = llm.model, llm.device, llm.config.vocab_size, num_draft_tokens
+    model, dev, k = llm.model, llm.device, num_draft_tokens
     t0 = time.perf_counter()
     for r in reqs:
         r.t_arrival = t0
@@ -908,7 +902,7 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
     live = [r for r in reqs if not r.finished]
     if not live: return [r.result() for r in reqs]
     drafters = {id(r): make_draft(llm, draft, max_ngram) for r in live}   # one drafter (and draft cache) per row
-    picks = {id(r): _draft_picker(r.params, len(r.prompt_ids), r.eos, r.gen, dev) for r in live}
+    picks = {id(r): draft_picker(r.params, len(r.prompt_ids), r.eos, r.gen) for r in live}   # chapter 06's, one per row
     ids, pad = left_pad([r.prompt_ids[:-1] for r in live])                # the cache holds every token but the newest
     max_len = ids.shape[1] + max(r.params.max_new_tokens for r in live) + k + 1
     cache = KVCache.for_model(model, len(live), max_len)
@@ -930,15 +924,7 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
             for b, (r, f, (d, q)) in enumerate(zip(live, feeds, drafts)):
                 Tb, n_d = len(f), len(d)
                 lg = logits[b, Tb - n_d - 1:Tb]                            # (d+1, V) at the pending token and the draft
-                toks = r.prompt_ids + r.out
-                proc = process_rows(lg, r.params, toks, d, len(r.prompt_ids), r.eos)
-                xd = torch.tensor([d], device=dev, dtype=torch.long)       # (1, d)
-                if r.params.is_greedy: n, nxt = accept_greedy(proc.argmax(-1)[None], xd)
-                else:
-                    p = proc.softmax(-1)
-                    q = q if q is not None else F.one_hot(xd[0], V).to(p.dtype)
-                    n, nxt = accept_draft(p[None], q[None], xd, r.gen)
-                n, nxt = int(n[0]), int(nxt[0])
+                n, nxt = verify_round(lg, r.params, r.prompt_ids + r.out, d, q, len(r.prompt_ids), r.eos, r.gen)   # chapter 06's rule
                 r.passes += 1; r.drafted += n_d; r.accepted += n
                 cache.rollback((T - Tb) + (n_d - n), row=b)                # forget the padding and the rejected draft tokens
                 lp = F.log_softmax(lg[:n + 1].float(), -1)

@@ -126,10 +126,14 @@ def serve_cli(
     served_model_name:str=None,                     # The model name clients send (default: the model's own name)
     allowed_hosts:str=None,                         # Comma-separated Host names to accept besides loopback ones ('*': any), e.g. for a reverse proxy
     quiet:store_true=False,                         # Log warnings and errors only (no access log, no progress bar)
+    max_tokens_per_step:int=mall.DEFAULT_TOKENS_PER_STEP,  # Token budget of one engine step: decode rows plus prompt chunks, >= max_batch_size (0: no limit)
+    prefix_caching:store_true=False,                # Keep the KV blocks of finished prompts and reuse them for requests that start the same way
 ):
     "Serve the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, /health) from a language model until Ctrl-C or SIGTERM."
     hosts = None if allowed_hosts is None else [h.strip() for h in allowed_hosts.split(',') if h.strip()]
-    try: mall.serve(model, host, port, max_batch_size, api_key, max_tokens, served_model_name, 'warning' if quiet else 'info', hosts)
+    budget = None if max_tokens_per_step == 0 else max_tokens_per_step
+    try: mall.serve(model, host, port, max_batch_size, api_key, max_tokens, served_model_name, 'warning' if quiet else 'info', hosts,
+                    max_tokens_per_step=budget, prefix_caching=prefix_caching)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
     except KeyboardInterrupt: print("minillm: stopped (SIGINT)", file=sys.stderr)   # Ctrl-C before the server was up (while the model loaded)

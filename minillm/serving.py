@@ -21,7 +21,7 @@ from uvicorn.server import HANDLED_SIGNALS
 from .weights import LLM
 from .loop import encode_prompt
 from .sampling import SamplingParams, sample_params
-from .batching import Engine
+from .batching import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
 
 # %% auto #0
 __all__ = ['APIError', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'parse_body',
@@ -738,21 +738,23 @@ class Server:
 # %% ../nbs/08_serving.ipynb #08c00052
 def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_size:int=16, api_key:str|None=None,
           max_tokens:int=1024, served_model_name:str|None=None, log_level:str='info', allowed_hosts:list[str]|None=None,
-          grace:float=5.0, file=None):
+          grace:float=5.0, file=None, max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP, prefix_caching:bool=False):
     "Load `model` (default: the embedded SmolLM2-135M-Instruct) and serve the OpenAI API on host:port until Ctrl-C or SIGTERM."
     file = file or sys.stderr
     for n, v, lo in (('max_batch_size', max_batch_size, 1), ('max_tokens', max_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{n} must be an integer >= {lo}, got {v!r}")
+    check_engine_args(max_batch_size, max_tokens_per_step, prefix_caching)   # chapter 07's checks, before the model loads
     Guard(None, allowed_hosts)                                        # a bad allowed_hosts fails before the model loads
     api_key = api_key or os.environ.get('MINILLM_API_KEY') or None
     sock = _bind(host, port)                                          # a busy port fails here, before the model loads
     try:
         llm = LLM.load(model, progress=log_level != 'warning')
-        worker = EngineWorker(Engine(llm, max_batch_size))
+        worker = EngineWorker(Engine(llm, max_batch_size, max_tokens_per_step=max_tokens_per_step, prefix_caching=prefix_caching))
         app = make_app(worker, served_model_name, api_key, max_tokens, allowed_hosts=allowed_hosts)
         h, p = sock.getsockname()[:2]
         url = f"http://{'[' + h + ']' if ':' in h else h}:{p}/v1"
         print(f"minillm: serving {served_model_name or llm.name} at {url} (max_batch_size {max_batch_size}, "
+              f"max_tokens_per_step {max_tokens_per_step or 'unlimited'}, prefix caching {'on' if prefix_caching else 'off'}, "
               f"{'API key required' if api_key else 'no API key'}); Ctrl-C to stop", file=file, flush=True)
         if api_key is None and not _loopback(host) and host != 'localhost':
             print(f"minillm: warning: listening on {host} without an API key: anyone who can reach this port can use the model", file=file, flush=True)

@@ -21,7 +21,8 @@ import minillm.beam   # its `LLM.beam_search` must exist before we guard it belo
 # %% auto #0
 __all__ = ['accept_draft', 'accept_greedy', 'expected_tokens', 'expected_speedup', 'speedup_explorer', 'precision_copy',
            'step_cost', 'prompt_lookup', 'layer_skip_draft', 'early_exit_draft', 'draft_agreement', 'PromptLookupDraft',
-           'ModelDraft', 'make_draft', 'process_rows', 'speculative_steps', 'run_speculative', 'spec_bench']
+           'ModelDraft', 'make_draft', 'process_rows', 'draft_picker', 'verify_round', 'speculative_steps',
+           'run_speculative', 'spec_bench']
 
 # %% ../nbs/06_speculative.ipynb #558af6ab
 def _check_accept_args(p, q, draft):
@@ -276,6 +277,30 @@ def process_rows(logits:torch.Tensor, # (d+1, V) target logits at the pending to
     return torch.cat([process_logits(logits[i:i + 1].float(), params, torch.tensor([tokens + draft[:i]], device=dev), n_prompt, eos_ids)
                       for i in range(len(draft) + 1)])
 
+def draft_picker(params:SamplingParams, n_prompt:int, eos_ids=(), generator:torch.Generator|None=None):
+    "The `probs` function a drafter calls: the draft's `(1, V)` logits after the text `hist` -> its token and q (None when greedy)."
+    hist_free = _history_free(params)
+    def draft_pick(logits, hist):
+        lg = (process_logits(logits.float(), params) if hist_free
+              else process_logits(logits.float(), params, torch.tensor([hist], device=logits.device), n_prompt, eos_ids))
+        if params.is_greedy: return int(lg.argmax(-1)), None
+        q = lg.softmax(-1)                                             # (1, V)
+        return int(torch.multinomial(q, 1, generator=generator)), q
+    return draft_pick
+
+def verify_round(logits:torch.Tensor, # (d+1, V) target logits at the pending token and the d draft tokens
+                 params:SamplingParams, tokens:list[int], draft:list[int], q:torch.Tensor|None, n_prompt:int,
+                 eos_ids=(), generator:torch.Generator|None=None) -> tuple[int, int]:
+    "One round's verdict: how many draft tokens `n` the target accepts and the token `nxt` that follows them."
+    proc = process_rows(logits, params, tokens, draft, n_prompt, eos_ids)
+    x = torch.tensor([draft], device=logits.device, dtype=torch.long)  # (1, d)
+    if params.is_greedy: n, nxt = accept_greedy(proc.argmax(-1)[None], x)
+    else:
+        p = proc.softmax(-1)                                           # (d+1, V) target distribution, processed
+        q = q if q is not None else F.one_hot(x[0], p.shape[-1]).to(p.dtype)   # a deterministic draft: q is one-hot
+        n, nxt = accept_draft(p[None], q[None], x, generator)
+    return int(n[0]), int(nxt[0])
+
 def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_tokens:int, params:SamplingParams,
                       stop_ids=frozenset(), generator:torch.Generator|None=None, top_logprobs:int=0,
                       timer:Timer|None=None, stats:dict|None=None) -> Iterator[Step]:
@@ -288,14 +313,7 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
     max_len = n_prompt + N + num_draft_tokens + 1
     cache = KVCache.for_model(model, 1, max_len)                       # the model's cache: every token but the newest
     drafter.start(prompt_ids, max_len)
-    hist_free = _history_free(params)
-
-    def draft_pick(logits, hist):                                      # the draft's (1, V) logits -> its token and q
-        lg = (process_logits(logits.float(), params) if hist_free
-              else process_logits(logits.float(), params, torch.tensor([hist], device=dev), n_prompt, eos))
-        if params.is_greedy: return int(lg.argmax(-1)), None
-        q = lg.softmax(-1)                                             # (1, V)
-        return int(torch.multinomial(q, 1, generator=generator)), q
+    draft_pick = draft_picker(params, n_prompt, eos, generator)       # the draft's (1, V) logits -> its token and q
 
     with torch.inference_mode():
         timer.start, done, first = time.perf_counter(), 0, True
@@ -305,14 +323,7 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
             draft, q = drafter.propose(tokens, k, draft_pick) if k > 0 else ([], None)
             d, start = len(draft), int(cache.lengths[0])
             logits = model(torch.tensor([tokens[start:] + draft], device=dev), cache=cache)[0, -(d + 1):]   # (d+1, V): one pass
-            proc = process_rows(logits, params, tokens, draft, n_prompt, eos)
-            x = torch.tensor([draft], device=dev, dtype=torch.long)    # (1, d)
-            if params.is_greedy: n, nxt = accept_greedy(proc.argmax(-1)[None], x)
-            else:
-                p = proc.softmax(-1)                                   # (d+1, V) target distribution, processed
-                q = q if q is not None else F.one_hot(x[0], V).to(p.dtype)   # a deterministic draft: q is one-hot
-                n, nxt = accept_draft(p[None], q[None], x, generator)
-            n, nxt = int(n[0]), int(nxt[0])
+            n, nxt = verify_round(logits, params, tokens, draft, q, n_prompt, eos, generator)
             stats['passes'] += 1; stats['drafted'] += d; stats['accepted'] += n
             if 'rounds' in stats: stats['rounds'].append((d, n))          # per round, when the caller asks for it
             cache.rollback(d - n)                                      # keep the accepted draft tokens' keys and values
