@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, contextlib, ipaddress, json, logging, math, os, secrets, signal, socket, sys, threading, time, uuid
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 import anyio
 import uvicorn
@@ -26,7 +26,7 @@ from .batching import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
 # %% auto #0
 __all__ = ['APIError', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'parse_body',
            'to_sampling_params', 'Delta', 'EngineWorker', 'token_bytes', 'EventStream', 'check_content_type',
-           'host_allowed', 'Guard', 'Endpoints', 'make_app', 'Server', 'serve', 'closed_loop_engine',
+           'host_allowed', 'Guard', 'Endpoints', 'best_choices', 'make_app', 'Server', 'serve', 'closed_loop_engine',
            'closed_loop_http', 'serve_bench', 'plot_serve_bench']
 
 # %% ../nbs/08_serving.ipynb #08c00021
@@ -485,6 +485,20 @@ class Endpoints:
 
 
 # %% ../nbs/08_serving.ipynb #08c00043p
+def _drawn(req) -> int:
+    "How many samples a request draws per prompt: `best_of` for completions that set it, else `n`."
+    return getattr(req, 'best_of', None) or req.n
+
+def best_choices(acc:list[dict], drawn:int, n:int) -> list[tuple[int, dict]]:
+    "Keep, of each prompt's `drawn` samples (consecutive in `acc`), the `n` with the highest mean log-probability per token (ties: the earlier sample), in rank order; returns (new index, sample)."
+    out = []
+    for k in range(0, len(acc), drawn):
+        group = acc[k:k + drawn]
+        score = lambda i: sum(group[i]['lps']) / max(len(group[i]['lps']), 1)
+        ranked = sorted(range(len(group)), key=lambda i: (-score(i), i))[:n]
+        out += [(k // drawn * n + r, group[i]) for r, i in enumerate(ranked)]
+    return out
+
 @patch
 async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
     "Authenticate, read, validate: the request, its (prompt ids, SamplingParams) per choice, and the prompt tokens for `usage`."
@@ -499,16 +513,23 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         prompts, param = [await self.encode(_chat_messages(req), 'messages')], 'messages'
         asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     else:
-        if req.echo or req.suffix is not None or req.best_of not in (None, req.n):
-            raise APIError("echo, suffix and best_of (other than best_of = n) are not supported by this server", param='echo' if req.echo else 'suffix' if req.suffix is not None else 'best_of')
+        if req.echo or req.suffix is not None:
+            raise APIError("echo and suffix are not supported by this server", param='echo' if req.echo else 'suffix')
+        if req.best_of is not None and req.best_of < req.n:
+            raise APIError(f"best_of must be at least n; got best_of = {req.best_of}, n = {req.n}", param='best_of')
+        if req.best_of is not None and req.best_of > req.n and req.stream:
+            raise APIError("best_of > n cannot be streamed: the best choices are known only when all are finished", param='best_of')
         p = req.prompt
         many = isinstance(p, list) and len(p) > 0 and not isinstance(p[0], int)
         if isinstance(p, list) and not p: raise APIError("prompt is empty", param='prompt')
         prompts, param, asked = [await self.encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens
     if asked is not None and asked > self.max_tokens:
         raise APIError(f"max_tokens is {asked}, above this server's limit of {self.max_tokens}", param='max_tokens')
-    if len(prompts) * req.n > self.max_choices:
-        raise APIError(f"{len(prompts)} prompt(s) x n = {req.n} makes {len(prompts) * req.n} choices; this server allows at most {self.max_choices} per request", param='n')
+    drawn = _drawn(req)
+    if len(prompts) * drawn > self.max_choices:
+        what = f"best_of = {drawn}" if drawn != req.n else f"n = {req.n}"
+        raise APIError(f"{len(prompts)} prompt(s) x {what} makes {len(prompts) * drawn} choices; this server allows at most {self.max_choices} per request",
+                       param='best_of' if drawn != req.n else 'n')
     jobs = []
     for ids in prompts:
         room = self.ctx - len(ids)
@@ -517,7 +538,7 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
             raise APIError(f"this model's context window is {self.ctx} tokens, but the request needs {len(ids) + mt} "
                            f"({len(ids)} in the prompt, {mt} for the completion); lower max_tokens or shorten the prompt",
                            param=param, code='context_length_exceeded')
-        jobs += [(ids, q) for q in sample_params(to_sampling_params(req, mt, self.llm.config.vocab_size))]   # choice i: seed + i
+        jobs += [(ids, q) for q in sample_params(replace(to_sampling_params(req, mt, self.llm.config.vocab_size), n=drawn))]   # choice i: seed + i
     return req, jobs, sum(len(ids) for ids in prompts)
 
 
@@ -566,8 +587,8 @@ async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyn
 
 # %% ../nbs/08_serving.ipynb #08c00043a
 @patch
-async def answer(self:Endpoints, request:HTTPRequest, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
-    "Gather every choice's tokens and answer one JSON object; release the choices early (499) if the client disconnects first."
+async def answer(self:Endpoints, request:HTTPRequest, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
+    "Gather every choice's tokens and answer one JSON object (with `best_of` > n, the n best of each prompt's samples); release the choices early (499) if the client disconnects first."
     try:
         acc = [dict(ids=[], text='', lps=[], tops=[], finish=None) for _ in hs]
         async def gather():
@@ -587,11 +608,12 @@ async def answer(self:Endpoints, request:HTTPRequest, chat:bool, head:dict, want
         task.result()
     finally:
         for h in hs: self.worker.release(h)
-    choices = []
-    for h, a in zip(hs, acc):
-        lp = self.logprobs(chat, Delta(h.index, a['ids'], a['text'], a['lps'], a['tops'])) if want_lp else None
-        if chat: choices.append(dict(index=h.index, message=dict(role='assistant', content=a['text']), logprobs=lp, finish_reason=a['finish']))
-        else: choices.append(dict(index=h.index, text=a['text'], logprobs=lp, finish_reason=a['finish']))
+    choices, drawn, n = [], _drawn(req), req.n
+    kept = best_choices(acc, drawn, n) if drawn > n else [(h.index, a) for h, a in zip(hs, acc)]
+    for i, a in kept:
+        lp = self.logprobs(chat, Delta(i, a['ids'], a['text'], a['lps'], a['tops'])) if want_lp else None
+        if chat: choices.append(dict(index=i, message=dict(role='assistant', content=a['text']), logprobs=lp, finish_reason=a['finish']))
+        else: choices.append(dict(index=i, text=a['text'], logprobs=lp, finish_reason=a['finish']))
     return dict(head, object='chat.completion' if chat else 'text_completion', choices=choices,
                 usage=_usage(prompt_tokens, sum(len(a['ids']) for a in acc)))
 
@@ -608,7 +630,7 @@ async def run(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         def close():
             for h in hs: self.worker.release(h)
         return EventStream(self.events(req, chat, head, want_lp, q, hs, prompt_tokens), close)
-    return await self.answer(request, chat, head, want_lp, q, hs, prompt_tokens)
+    return await self.answer(request, req, chat, head, want_lp, q, hs, prompt_tokens)
 
 
 # %% ../nbs/08_serving.ipynb #08c00043m
