@@ -24,6 +24,9 @@ __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weight
            'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens', 'train_draft', 'draft_accuracy']
 
 # %% ../nbs/06a_draft_training.ipynb #c1feat
+def _check_int(name, v, lo):
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
 def head_weight(model:Transformer) -> torch.Tensor:
     "The target's output head `(V, C)` (the token-embedding matrix when they are tied)."
     return model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
@@ -40,8 +43,9 @@ def target_features(llm:LLM, ids:list[int]) -> tuple[torch.Tensor, torch.Tensor]
     return h.float().cpu(), nxt.cpu()
 
 def weights_key(llm:LLM) -> str:
-    "A fingerprint of `llm`'s shape and weights (a strided sample of every tensor, rounded to bfloat16 so that float32 and bfloat16 copies of one model share it)."
-    h = hashlib.sha256(json.dumps(asdict(llm.config), sort_keys=True, default=str).encode())
+    "A fingerprint of `llm`'s shape and weights (a strided sample of every tensor, rounded to bfloat16 so that float32 and bfloat16 copies of one model share it; configuration fields left at `None` are not part of it, so that a new optional field does not change every key)."
+    cfg = {k: v for k, v in asdict(llm.config).items() if v is not None}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     with torch.no_grad():
         for name, t in sorted(llm.model.state_dict().items()):
             flat = t.detach().reshape(-1)
@@ -333,9 +337,6 @@ class DistillData:
     def __repr__(self):
         by = {s: sum(len(i) for i, t in zip(self.ids, self.source) if t == s) for s in sorted(set(self.source))}
         return f"DistillData({len(self.ids)} windows, {self.n_tokens} tokens: {by})"
-
-def _check_int(name, v, lo):
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
 
 def answer_greedy(llm:LLM, prompts:list, max_new_tokens:int, batch_size:int=16) -> list[list[int]]:
     "The target's greedy answers to `prompts`, `batch_size` at a time (rows padded on the right, one cache length per row), each cut after its first stop token: prompt ids + answer ids."
