@@ -393,14 +393,6 @@ def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_
         torch.save(dict(ids=out.ids, feats=[f.half() for f in out.feats], nxt=out.nxt, source=out.source, starts=out.starts, key=key), path)
     return out
 
-def frequent_tokens(data:DistillData, K:int) -> torch.Tensor:
-    "The `K` tokens the target predicts most often in `data` (its own outputs), sorted by id."
-    V = int(max(int(n.max()) for n in data.nxt)) + 1
-    counts = torch.bincount(torch.cat(data.nxt), minlength=V).float()
-    if K > counts.numel(): counts = torch.cat([counts, torch.zeros(K - counts.numel())])
-    return counts.topk(K).indices.sort().values
-
-# %% ../nbs/06a_draft_training.ipynb #f1train
 def _split(data:DistillData, frac:float=0.1):
     "Hold out every tenth chat window (the target's own answers) for validation."
     chat = [i for i, s in enumerate(data.source) if s == 'chat']
@@ -413,6 +405,14 @@ def _stop_split(data:DistillData, tr:list[int], frac:float=0.1):
     stop = set(chat[len(chat) // 20::max(1, round(1 / frac))]) if len(chat) >= 10 else set()
     return [i for i in tr if i not in stop], sorted(stop)
 
+def frequent_tokens(data:DistillData, K:int) -> torch.Tensor:
+    "The `K` tokens the target predicts most often in `data` (its own outputs), sorted by id."
+    V = int(max(int(n.max()) for n in data.nxt)) + 1
+    counts = torch.bincount(torch.cat(data.nxt), minlength=V).float()
+    if K > counts.numel(): counts = torch.cat([counts, torch.zeros(K - counts.numel())])
+    return counts.topk(K).indices.sort().values
+
+# %% ../nbs/06a_draft_training.ipynb #f1train
 def _labels(data:DistillData, idx, num_heads:int, vmap:torch.Tensor):
     "Features (N, C) and labels (N, num_heads): head i at position t is trained on the target's greedy token at position t+1+i; -100 off the window or off the head's vocabulary."
     F_, Y = [], []
