@@ -502,7 +502,7 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
             l = _medusa_step(net, W, Fst, Yst, weights) if kind == 'medusa' else _eagle_loss(net, emb, W, vmap, *sbatch, unroll=unroll)
         net.train()
         return l.item()
-    best, checks, next_check = (float('inf'), None, 0), [], 0.0
+    best, checks, next_check = (float('inf'), None, None), [], 0.0
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
     losses, step, el, dts = [], 0, 0.0, []
     budget = 60 * max_minutes
