@@ -24,6 +24,9 @@ __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weight
            'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens', 'train_draft', 'draft_accuracy']
 
 # %% ../nbs/06a_draft_training.ipynb #c1feat
+def _check_int(name, v, lo):
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
 def head_weight(model:Transformer) -> torch.Tensor:
     "The target's output head `(V, C)` (the token-embedding matrix when they are tied)."
     return model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
@@ -40,8 +43,9 @@ def target_features(llm:LLM, ids:list[int]) -> tuple[torch.Tensor, torch.Tensor]
     return h.float().cpu(), nxt.cpu()
 
 def weights_key(llm:LLM) -> str:
-    "A fingerprint of `llm`'s shape and weights (a strided sample of every tensor, rounded to bfloat16 so that float32 and bfloat16 copies of one model share it)."
-    h = hashlib.sha256(json.dumps(asdict(llm.config), sort_keys=True, default=str).encode())
+    "A fingerprint of `llm`'s shape and weights (a strided sample of every tensor, rounded to bfloat16 so that float32 and bfloat16 copies of one model share it; configuration fields left at `None` are not part of it, so that a new optional field does not change every key)."
+    cfg = {k: v for k, v in asdict(llm.config).items() if v is not None}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     with torch.no_grad():
         for name, t in sorted(llm.model.state_dict().items()):
             flat = t.detach().reshape(-1)
@@ -334,9 +338,6 @@ class DistillData:
         by = {s: sum(len(i) for i, t in zip(self.ids, self.source) if t == s) for s in sorted(set(self.source))}
         return f"DistillData({len(self.ids)} windows, {self.n_tokens} tokens: {by})"
 
-def _check_int(name, v, lo):
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-
 def answer_greedy(llm:LLM, prompts:list, max_new_tokens:int, batch_size:int=16) -> list[list[int]]:
     "The target's greedy answers to `prompts`, `batch_size` at a time (rows padded on the right, one cache length per row), each cut after its first stop token: prompt ids + answer ids."
     stop, m, out = llm.tokenizer.stop_token_ids, llm.model, []
@@ -392,6 +393,18 @@ def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_
         torch.save(dict(ids=out.ids, feats=[f.half() for f in out.feats], nxt=out.nxt, source=out.source, starts=out.starts, key=key), path)
     return out
 
+def _split(data:DistillData, frac:float=0.1):
+    "Hold out every tenth chat window (the target's own answers) for validation."
+    chat = [i for i, s in enumerate(data.source) if s == 'chat']
+    val = set(chat[::max(1, round(1 / frac))]) if len(chat) >= 2 else set(range(0, len(data.ids), 10))
+    return [i for i in range(len(data.ids)) if i not in val], sorted(val)
+
+def _stop_split(data:DistillData, tr:list[int], frac:float=0.1):
+    "Move a tenth of the training chat windows to a set that decides when to stop (the held-out windows of `_split` stay untouched for the report)."
+    chat = [i for i in tr if data.source[i] == 'chat']
+    stop = set(chat[len(chat) // 20::max(1, round(1 / frac))]) if len(chat) >= 10 else set()
+    return [i for i in tr if i not in stop], sorted(stop)
+
 def frequent_tokens(data:DistillData, K:int) -> torch.Tensor:
     "The `K` tokens the target predicts most often in `data` (its own outputs), sorted by id."
     V = int(max(int(n.max()) for n in data.nxt)) + 1
@@ -400,12 +413,6 @@ def frequent_tokens(data:DistillData, K:int) -> torch.Tensor:
     return counts.topk(K).indices.sort().values
 
 # %% ../nbs/06a_draft_training.ipynb #f1train
-def _split(data:DistillData, frac:float=0.1):
-    "Hold out every tenth chat window (the target's own answers) for validation."
-    chat = [i for i, s in enumerate(data.source) if s == 'chat']
-    val = set(chat[::max(1, round(1 / frac))]) if len(chat) >= 2 else set(range(0, len(data.ids), 10))
-    return [i for i in range(len(data.ids)) if i not in val], sorted(val)
-
 def _labels(data:DistillData, idx, num_heads:int, vmap:torch.Tensor):
     "Features (N, C) and labels (N, num_heads): head i at position t is trained on the target's greedy token at position t+1+i; -100 off the window or off the head's vocabulary."
     F_, Y = [], []
@@ -453,8 +460,8 @@ def _eagle_loss(net, emb, W, vmap, f, x, y, unroll:int=2, reg:float=1.0):
 
 def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
                 vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
-                seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
-    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`. The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often (`None`: all). Cached by target, data and arguments."
+                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
+    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`. The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
     if kind not in KINDS: raise ValueError(f"kind must be \"medusa\" or \"eagle\", got {kind!r}")
     if isinstance(max_minutes, bool) or not isinstance(max_minutes, (int, float)) or not max_minutes > 0:
         raise ValueError(f"max_minutes must be a number > 0, got {max_minutes!r}")
@@ -464,11 +471,12 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= V):
         raise ValueError(f"vocab_size must be None (the full vocabulary) or an integer in 1..{V}, got {vocab_size!r}")
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr!r}")
+    _check_int('evals', evals, 0); _check_int('unroll', unroll, 1)
     data = distill_data(llm, progress=progress) if data is None else data
     key = weights_key(llm)
     if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
     spec = json.dumps(dict(kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
-                           v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, seed=seed))
+                           v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, e=evals, u=unroll if kind == 'eagle' else None, seed=seed))
     path = cache_dir() / 'drafts' / f"{kind}-{key}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}.pt"
     if cache and path.exists(): return TrainedDraft.load(path, llm)
 
@@ -480,24 +488,38 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     W = W if vocab is None else W[vocab]                                   # (K, C) frozen
     emb = nn.Embedding.from_pretrained(m.embed_tokens.weight.detach().float().cpu(), freeze=True)
     tr, va = _split(data)
+    tr, st = _stop_split(data, tr) if evals else (tr, [])
     net = MedusaHeads(m.cfg.dim, num_heads) if kind == 'medusa' else EagleDraft(m.cfg)
     net.train()
+    weights = [0.8 ** i for i in range(num_heads)]
     if kind == 'medusa':
         Ftr, Ytr = _labels(data, tr, num_heads, vmap)
-        weights = [0.8 ** i for i in range(num_heads)]
+        if st: Fst, Yst = _labels(data, st, num_heads, vmap)
+    elif st: sbatch = _eagle_batch(data, st, 4 * len(st), seq_len, torch.Generator().manual_seed(seed + 1))   # fixed chunks
+    def stop_loss():
+        net.eval()
+        with torch.no_grad():
+            l = _medusa_step(net, W, Fst, Yst, weights) if kind == 'medusa' else _eagle_loss(net, emb, W, vmap, *sbatch, unroll=unroll)
+        net.train()
+        return l.item()
+    best, checks, next_check = (float('inf'), None, None), [], 0.0
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
     losses, step, el, dts = [], 0, 0.0, []
     budget = 60 * max_minutes
     bar = tqdm(total=round(budget), desc=f"train {kind}", unit='s', disable=not progress, leave=False)
     while True:
-        if el >= budget or (max_steps is not None and step >= max_steps): break
+        done = el >= budget or (max_steps is not None and step >= max_steps)
+        if st and (el >= next_check or done):                             # early stopping: keep the best weights seen
+            checks.append((step, stop_loss())); next_check += budget / evals
+            if checks[-1][1] < best[0]: best = (checks[-1][1], step, copy.deepcopy(net.state_dict()))
+        if done: break
         t0 = time.perf_counter()
         if kind == 'medusa':
             ix = torch.randint(len(Ftr), (batch_size,), generator=gen)
             loss = _medusa_step(net, W, Ftr[ix], Ytr[ix], weights)
         else:
             f, x, y = _eagle_batch(data, tr, max(1, batch_size // seq_len), seq_len, gen)
-            loss = _eagle_loss(net, emb, W, vmap, f, x, y)
+            loss = _eagle_loss(net, emb, W, vmap, f, x, y, unroll=unroll)
         lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, el / budget)))   # warm-up, cosine over the time budget
         for g_ in opt.param_groups: g_['lr'] = lr_now
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()
@@ -507,8 +529,10 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         dts.append(dt); el += min(dt, 10 * typical)                       # a step 10x slower than usual was stopped by someone else: not charged
         bar.n = min(round(el), bar.total); bar.set_postfix(loss=f"{losses[-1]:.3f}", step=step, refresh=False); bar.update(0)
     bar.close()
+    if best[2] is not None: net.load_state_dict(best[2])
     info = dict(kind=kind, minutes=el / 60, steps=step, losses=losses, tokens=data.n_tokens,
-                train_windows=len(tr), val_windows=len(va), num_heads=num_heads, vocab_size=vocab_size, batch_size=batch_size)
+                train_windows=len(tr), val_windows=len(va), stop_windows=len(st), stop_losses=checks, best_step=best[1] if st else step,
+                num_heads=num_heads, vocab_size=vocab_size, batch_size=batch_size)
     d = TrainedDraft(kind, net.eval().requires_grad_(False), vocab, key, info)
     d.info['val'] = draft_accuracy(d, llm, data, va)
     if cache: d.save(path)
