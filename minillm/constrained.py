@@ -194,7 +194,7 @@ def regex_to_dfa(pattern:str) -> ByteDFA:
     first = closure([start])
     ids, rows, accept, todo = {first: 0}, [], [end in first], [first]
     while todo:
-        S = todo.pop(0) if False else todo.pop()
+        S = todo.pop()
         row = np.full(n_cls, DEAD, np.int64)
         for c in range(n_cls):
             tg = [t for s in S for t in move[s][c]]
