@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from .weights import LLM
 from .loop import Generation, encode_prompt, machine_info
-from .sampling import SamplingParams, resolve_params, sample_params, FrameView, control_style
+from .sampling import SamplingParams, sample_params, FrameView, control_style
 from .kvcache import KVCache
-from .batching import Request, pick_rows, batch_logits, Engine
+from .batching import batch_logits, Engine
 import minillm.beam, minillm.batching   # beam search and the batched `LLM.generate` must exist
 
 # %% auto #0
@@ -330,7 +330,7 @@ def subsets_for(n:int, Ns, R:int=32, seed:int=0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.stack([rng.permutation(n) for _ in range(R)])
 
-def accuracy_table(data:dict, strategies, Ns=(1, 2, 4, 8, 16, 32, 64), R:int=32, seed:int=0, rows=None) -> dict:
+def accuracy_table(data:dict, strategies, Ns=NS, R:int=32, seed:int=0, rows=None) -> dict:
     "Per-problem accuracy `(P, len(Ns))` of each strategy on the saved samples in `data` (answers, correct, logprob, ntok, optional judge)."
     A, truth = data['answers'], data['correct']
     rows = np.arange(len(A)) if rows is None else np.asarray(rows)
