@@ -17,7 +17,7 @@ from .weights import LLM
 from .loop import Generation, TextAssembler, encode_prompt, machine_info
 from .sampling import SamplingParams, sample, resolve_params, process_logits, sample_params
 from .kvcache import KVCache
-from .speculative import make_draft, draft_picker, verify_round, _history_free
+from .speculative import make_draft, draft_picker, verify_round, _history_free, step_cost
 import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
 
 # %% auto #0
@@ -31,19 +31,8 @@ __all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', '
 
 # %% ../nbs/07_batching.ipynb #07c00104
 def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
-    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`."
-    res = {}
-    with torch.inference_mode():
-        for B in rows:
-            ids = torch.randint(256 if llm.config.vocab_size > 512 else 3, llm.config.vocab_size, (B, context + 1), generator=torch.Generator().manual_seed(0)).to(llm.device)
-            cache = KVCache.for_model(llm.model, B, context + 1)
-            llm.model(ids[:, :context], cache=cache)
-            ts = []
-            for _ in range(reps + 1):
-                cache.set_lengths(context)
-                t0 = time.perf_counter(); llm.model(ids[:, context:], cache=cache); ts.append(time.perf_counter() - t0)
-            res[B] = sorted(ts[1:])[reps // 2] * 1e3                       # the first run warms up
-    return res
+    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`: chapter 06's `step_cost` with `batched=True`, in ms."
+    return {B: s * 1e3 for B, s in step_cost(llm, rows, context, reps, batched=True).items()}
 
 
 # %% ../nbs/07_batching.ipynb #07c00021

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.server import HANDLED_SIGNALS
-from .weights import LLM
+from .weights import LLM, _bytes_to_unicode
 from .loop import encode_prompt
 from .sampling import SamplingParams, sample_params
 from .batching import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
@@ -327,14 +327,9 @@ def state(self:EngineWorker) -> dict:
 _BYTE_DECODER = None
 
 def _byte_decoder() -> dict:
-    "GPT-2's byte-level alphabet reversed: printable character -> byte (byte-level BPE spells every byte as one character)."
+    "GPT-2's byte-level alphabet reversed (chapter 01's `_bytes_to_unicode`): printable character -> byte."
     global _BYTE_DECODER
-    if _BYTE_DECODER is None:
-        bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-        cs, n = list(bs), 0
-        for b in range(256):
-            if b not in bs: bs.append(b); cs.append(256 + n); n += 1
-        _BYTE_DECODER = {chr(c): b for b, c in zip(bs, cs)}
+    if _BYTE_DECODER is None: _BYTE_DECODER = {c: b for b, c in _bytes_to_unicode().items()}
     return _BYTE_DECODER
 
 def token_bytes(tokenizer, i:int) -> bytes:
