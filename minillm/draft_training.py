@@ -106,14 +106,12 @@ class TrainedDraft:
 
     def with_vocab(self, vocab:torch.Tensor|None) -> 'TrainedDraft':
         "The same draft reading the output head over other tokens (`None`: the full vocabulary)."
-        out = TrainedDraft(self.kind, self.module, vocab, self.target_key, self.info, self.lookup)
-        out._casts = self._casts if vocab is self.vocab else {}
+        out = copy.copy(self); out.vocab = vocab                            # shares the module and its casts
         return out
 
     def with_lookup(self, on:bool=True) -> 'TrainedDraft':
         "The same draft, trying prompt lookup first (a match of 2 or more tokens in the text so far) and drafting itself only when lookup finds nothing."
-        out = TrainedDraft(self.kind, self.module, self.vocab, self.target_key, self.info, on)
-        out._casts = self._casts
+        out = copy.copy(self); out.lookup = on
         return out
 
     def drafter(self, llm:LLM) -> 'SelfDrafter':
@@ -169,7 +167,7 @@ class SelfDrafter:
         W = head_weight(m)
         self.vocab = None if draft.vocab is None else draft.vocab.to(m.device)
         self.W = W if self.vocab is None else W[self.vocab]                  # (K, C) rows of the target's head
-        self.handle, self.rounds, self._last = None, [], None
+        self.handle, self.rounds, self._last, self.feats = None, [], None, None   # no features until `start`
 
     def _hook(self, module, args, out):                                    # the last block's output (1, T, C), before the final norm
         cache = args[3] if len(args) > 3 else None
