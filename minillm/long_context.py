@@ -123,14 +123,6 @@ class BoundedCache:
         self.shape, self.dtype, self.device = (n_layers, batch_size, n_kv_heads, head_dim), dtype, torch.device(device or 'cpu')
         self.reset()
 
-    @classmethod
-    def for_model(cls, model:Transformer, batch_size:int=1, dtype=None, device=None, **kw):
-        "A cache of this kind shaped for `model`, on its device and in its dtype unless told otherwise."
-        cfg = model.cfg
-        c = cls(cfg.n_layers, batch_size, cfg.n_kv_heads, cfg.head_dim, dtype=dtype or model.dtype, device=device or model.device, **kw)
-        c.cfg = cfg
-        return c
-
     n_layers = property(lambda self: self.shape[0])
     batch_size = property(lambda self: self.shape[1])
     n_kv_heads = property(lambda self: self.shape[2])
@@ -155,10 +147,6 @@ class BoundedCache:
     def lengths(self) -> torch.Tensor:
         "Position of the next token of each row `(B,)` (the model places new tokens there)."
         return torch.full((self.batch_size,), self.next_position, dtype=torch.long)
-    @property
-    def nbytes(self) -> int:
-        "Bytes held by the keys and values now."
-        return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v)
 
     def update(self, layer:int, k:torch.Tensor, v:torch.Tensor):
         "Append new keys/values `(B, H_kv, T, D)` of `layer`; return everything held `(B, H_kv, n, D)` and a causal mask for the T new queries."
@@ -187,12 +175,26 @@ class BoundedCache:
 
     def evict(self, T:int): pass
 
-    def __repr__(self):
-        return (f"{type(self).__name__}(layers={self.n_layers}, batch={self.batch_size}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
-                f"seen={self.pos}, held={self.held}, {self.nbytes / 2**20:.2f} MiB)")
-
 
 # %% ../nbs/11_long_context.ipynb #lc-bnd-more
+@patch(cls_method=True)
+def for_model(cls:BoundedCache, model:Transformer, batch_size:int=1, dtype=None, device=None, **kw):
+    "A cache of this kind shaped for `model`, on its device and in its dtype unless told otherwise."
+    cfg = model.cfg
+    c = cls(cfg.n_layers, batch_size, cfg.n_kv_heads, cfg.head_dim, dtype=dtype or model.dtype, device=device or model.device, **kw)
+    c.cfg = cfg
+    return c
+
+@patch(as_prop=True)
+def nbytes(self:BoundedCache) -> int:
+    "Bytes held by the keys and values now."
+    return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v)
+
+@patch
+def __repr__(self:BoundedCache):
+    return (f"{type(self).__name__}(layers={self.n_layers}, batch={self.batch_size}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
+            f"seen={self.pos}, held={self.held}, {self.nbytes / 2**20:.2f} MiB)")
+
 @patch
 def _drop_last(self:BoundedCache, n:int):
     keep = self.held - n                                    # computed once: `held` reads layer 0, which the loop shortens first
@@ -243,6 +245,8 @@ def _rerotate(k:torch.Tensor, delta, inv_freq:torch.Tensor) -> torch.Tensor:
     kf = k.to(ct)
     return (kf * ang.cos() + rotate_half(kf) * ang.sin()).to(k.dtype)
 
+
+# %% ../nbs/11_long_context.ipynb #lc-sink-lib2
 class SinkCache(BoundedCache):
     """StreamingLLM's cache: the first `num_sinks` tokens (attention sinks) plus the `window` most recent ones; positions are
     slots in the cache, so a stream of any length never leaves the positions 0..num_sinks + window (plus one forward pass).
