@@ -280,21 +280,6 @@ class SinkCache(BoundedCache):
         self.written = torch.zeros(0, dtype=torch.long)         # the slot each held entry was written at (its key is rotated for it)
         return self
 
-    def _turn(self, K:torch.Tensor) -> torch.Tensor:
-        "The held keys `K` (as written) turned to the slots they sit in now; entries of the current pass were written where they sit."
-        n, w = K.shape[2], self.written
-        delta = torch.arange(len(w), dtype=torch.long) - w                  # <= 0: how far each entry has moved down
-        if not delta.any(): return K
-        return _rerotate(K, torch.cat([delta, delta.new_zeros(n - len(w))]), self.inv_freq)
-
-    def keys(self, layer:int) -> torch.Tensor:
-        "The keys of `layer` as attention sees them: each turned from the slot it was written at to the slot it holds now."
-        return self._turn(self.k[layer])
-
-    def _store(self, layer, k, v):
-        K, V = super()._store(layer, k, v)
-        return self._turn(K), V
-
     def evict(self, T:int):
         n, S = self.held, self.num_sinks
         self.written = torch.cat([self.written, torch.arange(len(self.written), n)])   # this pass's entries, written at their slots
@@ -311,6 +296,25 @@ class SinkCache(BoundedCache):
         self.written = self.written[:self.held]
 
     def _newest_held(self) -> int: return self.held - self.num_sinks
+
+# %% ../nbs/11_long_context.ipynb #lc-sink-turn
+@patch
+def _turn(self:SinkCache, K:torch.Tensor) -> torch.Tensor:
+    "The held keys `K` (as written) turned to the slots they sit in now; entries of the current pass were written where they sit."
+    n, w = K.shape[2], self.written
+    delta = torch.arange(len(w), dtype=torch.long) - w                      # <= 0: how far each entry has moved down
+    if not delta.any(): return K
+    return _rerotate(K, torch.cat([delta, delta.new_zeros(n - len(w))]), self.inv_freq)
+
+@patch
+def keys(self:SinkCache, layer:int) -> torch.Tensor:
+    "The keys of `layer` as attention sees them: each turned from the slot it was written at to the slot it holds now."
+    return self._turn(self.k[layer])
+
+@patch
+def _store(self:SinkCache, layer, k, v):
+    K, V = BoundedCache._store(self, layer, k, v)                          # append as written
+    return self._turn(K), V
 
 # %% ../nbs/11_long_context.ipynb #lc-gen-lib
 from .loop import GenerateMode, register_mode, stream_below
