@@ -14,7 +14,7 @@ import torch.distributed as dist
 import multiprocessing as mp
 from fastcore.basics import patch
 from .model import ModelConfig, Transformer, Block
-from .weights import LLM, ModelLoadError, hf_config, hf_tokenizer, default_model
+from .weights import LLM, ModelLoadError, hf_config, hf_tokenizer, default_model, register_load_option
 from .kvcache import KVCache
 from .batching import PagedKVCache
 import minillm.batching
@@ -38,7 +38,6 @@ def split_rows(W:torch.Tensor, n:int) -> list[torch.Tensor]:
     if W.shape[1] % n: raise ValueError(f"split_rows: {W.shape[1]} inputs do not divide into {n} ranks")
     return list(W.chunk(n, 1))
 
-# %% ../nbs/12_parallel.ipynb #pp-plan
 def check_tp_size(cfg:ModelConfig, size:int):
     "Raise a ValueError unless `size` ranks can split `cfg` Megatron-style: query heads, KV heads, MLP units and vocabulary rows all divide by `size`."
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -305,10 +304,11 @@ def load_config(path) -> ModelConfig:
     from minillm.weights import _read_gguf, _gguf_config
     return _gguf_config(_read_gguf(p), p)
 
-def load_shard_weights(path, rank:int, size:int) -> tuple[ModelConfig, dict]:
-    "The config and rank `rank`'s slices of every weight: from safetensors only the slice is read from disk; a .gguf file is read whole, then cut."
+def load_shard_weights(path, rank:int, size:int, rope_scaling:dict|None=None) -> tuple[ModelConfig, dict]:
+    "The config (with `rope_scaling` if given) and rank `rank`'s slices of every weight: from safetensors only the slice is read from disk; a .gguf file is read whole, then cut."
     p, _ = _resolve(path)
     cfg = load_config(p)
+    if rope_scaling is not None: cfg = cfg.with_rope_scaling(rope_scaling)
     check_tp_size(cfg, size)
     sd = {}
     files = sorted(p.glob('*.safetensors')) if p.is_dir() else []
@@ -344,14 +344,14 @@ def _tokenizer(path):
     return Tokenizer(tk_, **settings)
 
 # %% ../nbs/12_parallel.ipynb #pp-worker
-def _worker_main(rank:int, size:int, port:int, path:str, dtype, device:str, backend:str, timeout:float, threads:int, conn):
+def _worker_main(rank:int, size:int, port:int, path:str, dtype, device:str, backend:str, timeout:float, threads:int, conn, rope_scaling=None):
     "A tensor-parallel worker: load this rank's shard, join the group, then run every step the driver announces until told to stop."
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     try:
         torch.set_num_threads(threads)
         dev = torch.device(device if device != 'cuda' else f'cuda:{rank}')
         if dev.type == 'cuda': torch.cuda.set_device(dev)
-        cfg, sd = load_shard_weights(path, rank, size)
+        cfg, sd = load_shard_weights(path, rank, size, rope_scaling)
         _put(conn, ('loaded', rank))
         comm = Comm(make_group(backend, rank, size, port, timeout), rank, size)
         model = build_shard(cfg, sd, rank, size, comm, dtype, dev)
@@ -624,12 +624,14 @@ def _free_port() -> int:
         s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu', dtype:torch.dtype=torch.float32,
-                         backend:str|None=None, timeout:float=60.0, threads:int|None=None, start_timeout:float=300.0) -> ParallelLLM:
+                         backend:str|None=None, timeout:float=60.0, threads:int|None=None, start_timeout:float=300.0,
+                         rope_scaling:dict|None=None) -> ParallelLLM:
     """Load a model split over `tensor_parallel_size` ranks: this process becomes rank 0 (it schedules and runs its shard), and N-1 worker
     processes (spawned, owned by the returned `ParallelLLM`) load theirs. Use `with ... as llm:` or `llm.close()` to stop them."""
     p, name = _resolve(path)
     cfg = load_config(p)
     check_tp_size(cfg, tensor_parallel_size)
+    if isinstance(dtype, str) and dtype in ('float32', 'bfloat16', 'float16'): dtype = getattr(torch, dtype)
     if dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.float16 for tensor parallelism, got {dtype!r}")
     if not isinstance(timeout, (int, float)) or timeout <= 0: raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -647,8 +649,8 @@ def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu'
     try:
         if N > 1:
             procs, conns = _spawn_workers(N, dict(size=N, port=port, path=str(p), dtype=str(dtype).split('.')[-1], device=device,
-                                                  backend=backend, timeout=timeout, threads=threads), start_timeout)
-        cfg, sd = load_shard_weights(p, 0, N)
+                                                  backend=backend, timeout=timeout, threads=threads, rope_scaling=rope_scaling), start_timeout)
+        cfg, sd = load_shard_weights(p, 0, N, rope_scaling)
         _await(procs, conns, 'loaded', start_timeout)
         comm = Comm(make_group(backend, 0, N, port, timeout, store) if N > 1 else None, 0, N)
         model = build_shard(cfg, sd, 0, N, comm, dtype, dev)
@@ -665,6 +667,21 @@ def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu'
     llm = ParallelLLM(model, _tokenizer(p), name=name)
     llm._finalizer = weakref.finalize(llm, _shutdown, procs, conns, 1.0)  # forgotten close(): the workers still go at exit or garbage collection
     return llm
+
+def _check_tp_value(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"tensor_parallel_size must be an integer >= 1, got {value!r}")
+
+def _apply_tp(llm:LLM, value:int, call) -> ParallelLLM:
+    "`LLM.load(..., tensor_parallel_size=N)`: check that N splits the model, then start the N ranks (the whole model loaded first is dropped)."
+    check_tp_size(llm.config, value)                                      # a ValueError before any process starts
+    if not isinstance(call.dtype, torch.dtype):
+        raise ValueError(f"tensor_parallel_size works on float32/bfloat16/float16 weights, not the format {call.dtype!r}")
+    if call.options.get('compile'): raise ValueError("compile does not combine with tensor_parallel_size (the ranks run eagerly)")
+    return load_tensor_parallel(call.path, value, call.device, call.dtype, rope_scaling=llm.config.rope_scaling)
+
+register_load_option('tensor_parallel_size', '12', "split the model over N processes, tensor parallelism (`close()` or `with` stops them)",
+                     default=1, check=_check_tp_value, apply=_apply_tp)
 
 def _await(procs, conns, what:str, timeout:float):
     "Wait until every worker has said `what`; a worker that reports an error or dies raises a RuntimeError at once."
