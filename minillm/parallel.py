@@ -762,16 +762,14 @@ def dtensor_mlp(gate:torch.Tensor, up:torch.Tensor, down:torch.Tensor, x:torch.T
 
 # %% ../nbs/12_parallel.ipynb #pp-cost-lib
 def _allreduce_loop(comm:Comm, sizes, reps:int) -> dict:
-    "Median seconds of an all-reduce of each size in `sizes` (bytes of float32), timed on this rank after a warm-up."
-    out = {}
-    for n in sizes:
-        t = torch.ones(max(1, n // 4))
-        for _ in range(3): comm.all_reduce(t)
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter(); comm.all_reduce(t); ts.append(time.perf_counter() - t0)
-        out[n] = sorted(ts)[len(ts) // 2]
-    return out
+    "Median seconds of an all-reduce of each size in `sizes` (bytes of float32), timed on this rank after a warm-up; sizes interleaved, so a busy moment hits all alike."
+    bufs = {n: torch.ones(max(1, n // 4)) for n in sizes}
+    ts = {n: [] for n in sizes}
+    for r in range(reps + 3):
+        for n, t in bufs.items():
+            t0 = time.perf_counter(); comm.all_reduce(t)
+            if r >= 3: ts[n].append(time.perf_counter() - t0)
+    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}
 
 def _allreduce_worker(rank, size, port, sizes, reps, backend, timeout, threads, conn):
     try:
