@@ -240,6 +240,8 @@ def hf_config_dict(cfg:ModelConfig, **extra) -> dict:
                 tie_word_embeddings=cfg.tie_embeddings,
                 attention_bias=cfg.attention_bias, hidden_act='silu', torch_dtype='float32', **extra)
 
+
+# %% ../nbs/01_weights.ipynb #01hf0002
 def hf_state_dict(folder:Path) -> dict[str, torch.Tensor]:
     "All weights of a Hugging Face folder (single or sharded safetensors), under our names."
     folder = Path(folder)
@@ -257,6 +259,8 @@ def hf_state_dict(folder:Path) -> dict[str, torch.Tensor]:
     else: raise ModelLoadError(f"{folder}: no *.safetensors (or pytorch_model.bin) weights found")
     return {k.removeprefix('model.'): v for k, v in sd.items()}
 
+
+# %% ../nbs/01_weights.ipynb #01hf0004
 def _token_str(t):
     return t.get('content') if isinstance(t, dict) else t
 
@@ -280,6 +284,7 @@ def hf_tokenizer(folder:Path, vocab_size:int|None=None) -> Tokenizer:
     if bos is None: bos = gcfg.get('bos_token_id', mcfg.get('bos_token_id'))
     return Tokenizer(tok, bos_token_id=bos, eos_token_id=eos, pad_token_id=tid('pad_token'), chat_template=template,
                      add_bos_token=bool(tcfg.get('add_bos_token', False)), extra_eos_token_ids=extra)
+
 
 # %% ../nbs/01_weights.ipynb #117bff86
 def build_model(cfg:ModelConfig, sd:dict, device='cpu', dtype=torch.float32, path='') -> Transformer:
