@@ -109,7 +109,11 @@ def stale_report(path:Path, skip:set[str], diff_lines:int=6) -> tuple[int, str]:
         stale.append(s.get('id'))
         what = 'no saved output' if not old else 'no output now' if not new else f'{kind} output differs' + (' in shape' if kind != 'exact' else '')
         lines.append(f"  cell {i:3} {s.get('id')}: {what}")
-        d = list(difflib.unified_diff(old.splitlines(), new.splitlines(), 'saved', 'fresh', n=0, lineterm=''))[2:]
+        d = [l for l in difflib.unified_diff(old.splitlines(), new.splitlines(), 'saved', 'fresh', n=0, lineterm='')][2:]
+        d = [l for l in d if not l.startswith('@@')]
+        if len(d) == 2 and d[0][0] == '-' and d[1][0] == '+':         # one changed line: show where it changes
+            k = next((j for j, (a, b) in enumerate(zip(d[0][1:], d[1][1:])) if a != b), min(len(d[0]), len(d[1])) - 1)
+            d = [l[0] + ('…' if k > 60 else '') + l[1:][max(0, k - 60):k + 80] for l in d]
         for l in d[:diff_lines]: lines.append(f"      {l[:150]}")
         if len(d) > diff_lines: lines.append(f"      ... {len(d) - diff_lines} more diff lines")
     head = (f"{'STALE' if stale else 'OK   '} {rel}: {len(stale)} of {sum(by_kind.values())} cells that ran differ "
