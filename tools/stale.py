@@ -54,7 +54,8 @@ def output_text(outputs) -> str:
             d = o.get('data', {})
             if 'image/png' in d or 'image/svg+xml' in d: parts.append('[figure]\n')
             elif 'text/html' in d and 'text/plain' not in d: parts.append('[html]\n')
-            elif 'application/vnd.jupyter.widget-view+json' in d: parts.append('[widget]\n')
+            elif 'application/vnd.jupyter.widget-view+json' in d:
+                if not _re_progress.search(_text(d.get('text/plain'))): parts.append('[widget]\n')   # progress bars: not the book's
             else: parts.append(_text(d.get('text/plain')) + '\n')
         elif t == 'error': parts.append(f"{o.get('ename')}: {o.get('evalue')}\n")
     text = ''.join(parts)
@@ -102,6 +103,7 @@ def stale_report(path:Path, skip:set[str], diff_lines:int=6) -> tuple[int, str]:
         if not src.strip() or 'nbdev_export(' in src: continue
         old = output_text(s.get('outputs', []))
         if flags & skip: kept.append(s.get('id')); continue
+        if {'output', 'false'} <= flags: continue                      # `#| output: false`: the docs show no output
         new = output_text(f.get('outputs', []))
         kind = cell_kind(src, old + '\n' + new, flags)
         by_kind[kind] += 1
