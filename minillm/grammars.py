@@ -13,8 +13,7 @@ from .constrained import (DEAD, Constraint, TokenIndex, TokenVocab, _negate, _no
                                  utf8_sequences, vocab_for)
 
 # %% auto #0
-__all__ = ['END', 'TERM', 'REF', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'GrammarIndex', 'GrammarConstraint',
-           'compile_grammar']
+__all__ = ['Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'GrammarIndex', 'GrammarConstraint', 'compile_grammar']
 
 # %% ../nbs/05b_grammars.ipynb #gc000021
 @dataclass
@@ -71,7 +70,8 @@ class _GBNFParser:
             self.i += 3
             if nm in self.defined: self.err(f"rule {nm!r} is defined twice")
             self.defined.add(nm)
-            self.rules[self.rule_id(nm)] = self.alternatives(nm, False)
+            r = self.rule_id(nm)                                 # numbered before the helpers its body makes
+            self.rules[r] = self.alternatives(nm, False)
             self.ws(False)
             if self.i < len(self.s) and self.s[self.i] != '\n': self.err("expected the end of the line")
         if (undef := [n for n, r in zip(self.names, self.rules) if r is None]): raise ValueError(f"GBNF grammar: rule(s) {undef} are used but never defined")
@@ -147,7 +147,7 @@ def parse_gbnf(text:str) -> Grammar:
     return _GBNFParser(text).parse()
 
 # %% ../nbs/05b_grammars.ipynb #gc000031
-END, TERM, REF = 0, 1, 2
+_END, _TERM, _REF = 0, 1, 2
 
 def _check_grammar(g:Grammar):
     "Refuse what a top-down recognizer cannot run: left recursion (a rule reaching itself before reading a byte) and rules that derive no finite text."
@@ -166,8 +166,8 @@ def _check_grammar(g:Grammar):
         for r, alts in enumerate(g.rules):
             if not productive[r] and any(all(s[0] == 'b' or productive[s[1]] for s in alt) for alt in alts):
                 productive[r] = changed = True
-    if not productive[g.root] or (bad := [g.names[r] for r in range(n) if not productive[r]]):
-        raise ValueError(f"GBNF grammar: rule(s) {bad or [g.names[g.root]]} can never finish (every alternative needs itself again)")
+    if (bad := [g.names[r] for r in range(n) if not productive[r]]):
+        raise ValueError(f"GBNF grammar: rule(s) {bad} can never finish (every alternative needs itself again)")
     left = [set() for _ in range(n)]                             # r -> rules that can start r without a byte read before them
     for r, alts in enumerate(g.rules):
         for alt in alts:
@@ -198,9 +198,9 @@ class GrammarAutomaton:
             for alt in alts:
                 starts.append(len(kind))
                 for s in alt:
-                    if s[0] == 'b': kind.append(TERM); a1.append(s[1]); a2.append(s[2])
-                    else: kind.append(REF); a1.append(s[1]); a2.append(0)
-                kind.append(END); a1.append(0); a2.append(0)
+                    if s[0] == 'b': kind.append(_TERM); a1.append(s[1]); a2.append(s[2])
+                    else: kind.append(_REF); a1.append(s[1]); a2.append(0)
+                kind.append(_END); a1.append(0); a2.append(0)
             self.alts.append(starts)
         self.kind, self.a1, self.a2 = kind, a1, a2
         self.sets, self.ids, self.accept, self._exp = [], {}, [], {}
@@ -220,11 +220,11 @@ class GrammarAutomaton:
             seen.add(st)
             if not st: out.append(st); continue
             p = st[-1]; k = self.kind[p]
-            if k == TERM: out.append(st)
-            elif k == END: todo.append(st[:-1])                   # this alternative is done: return to the caller
+            if k == _TERM: out.append(st)
+            elif k == _END: todo.append(st[:-1])                   # this alternative is done: return to the caller
             else:
                 ret = p + 1                                       # where the caller goes on; dropped when that is its end (a tail call)
-                base = st[:-1] + ((ret,) if self.kind[ret] != END else ())
+                base = st[:-1] + ((ret,) if self.kind[ret] != _END else ())
                 todo += [base + (a,) for a in self.alts[self.a1[p]]]
         self._exp[stack] = out = tuple(sorted(set(out)))
         return out
