@@ -323,3 +323,7 @@ def compile_grammar(grammar:str) -> GrammarConstraint:
     "A `GrammarConstraint` for a GBNF grammar, compiled once per text and cached (its automaton grows as generations meet new states)."
     if not isinstance(grammar, str): raise ValueError(f"grammar must be a GBNF string, got {type(grammar).__name__}")
     return GrammarConstraint(grammar)
+
+# %% ../nbs/05b_grammars.ipynb #gc000045
+from .sampling import register_constraint
+register_constraint('grammar', '05b', compile_grammar, "a GBNF grammar (llama.cpp's format): the output must be a sentence of it")
