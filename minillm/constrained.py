@@ -16,7 +16,7 @@ from .sampling import SamplingParams, process_logits, resolve_params, control_st
 from .loop import machine_info
 
 # %% auto #0
-__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'MAX_DIGITS', 'FORMATS', 'TYPES', 'KEYWORDS',
+__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'MAX_DIGITS', 'STRING_FORMATS', 'TYPES', 'KEYWORDS',
            'SUPPORTED', 'REFUSED', 'ANY_KEY', 'BACKENDS', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa', 'prune',
            'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
            'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
@@ -573,7 +573,7 @@ def _number_regex(s:dict, integer:bool) -> str:
     return '(' + '|'.join(parts) + ')'
 
 _D2 = r'(0[0-9]|1[0-9]|2[0-3])'
-FORMATS = {   # what each string format admits (a subset of its standard: what a validator with a format checker accepts)
+STRING_FORMATS = {   # what each string format admits (a subset of its standard: what a validator with a format checker accepts)
     'date': r'([1-9][0-9]{3}|0([1-9][0-9]{2}|0([1-9][0-9]|0[1-9])))-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))',  # no Feb 29
     'time': _D2 + r':[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]' + _D2 + r':[0-5][0-9])',
     'uuid': r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}',
@@ -581,7 +581,7 @@ FORMATS = {   # what each string format admits (a subset of its standard: what a
     'email': r'[A-Za-z0-9._+-]{1,32}@[A-Za-z0-9-]{1,32}(\.[A-Za-z0-9-]{1,32}){1,3}',
     'uri': r'https?://[A-Za-z0-9-]{1,32}(\.[A-Za-z0-9-]{1,32}){0,4}(/[A-Za-z0-9._~-]{0,32}){0,8}',
 }
-FORMATS['date-time'] = FORMATS['date'] + 'T' + FORMATS['time']
+STRING_FORMATS['date-time'] = STRING_FORMATS['date'] + 'T' + STRING_FORMATS['time']
 
 def _pattern_body(p:str) -> tuple[str, bool, bool]:
     "A schema `pattern` without its leading `^` and trailing `$` (a `\\$` is an escaped dollar), and whether each was there."
@@ -609,10 +609,10 @@ def _string_regex(s:dict) -> str:
     for k in ('minLength', 'maxLength'):
         if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
     lo, hi = s.get('minLength', 0), s.get('maxLength')
-    fmt = s.get('format') if s.get('format') in FORMATS else None   # an unknown format is an annotation (JSON Schema 2020-12, 7.2.1)
+    fmt = s.get('format') if s.get('format') in STRING_FORMATS else None   # an unknown format is an annotation (JSON Schema 2020-12, 7.2.1)
     given = [k for k in ('pattern', 'format') if k in s and (k != 'format' or fmt)] + (['minLength/maxLength'] if lo or hi is not None else [])
     if len(given) > 1: raise ValueError(f"JSON schema: {' together with '.join(given)} on one string is not supported")
-    if fmt: return '"' + FORMATS[fmt] + '"'
+    if fmt: return '"' + STRING_FORMATS[fmt] + '"'
     if 'pattern' in s:
         body, start, end = _pattern_body(s['pattern'])
         # a group named _json keeps the pattern to raw JSON-string characters and Python's Unicode classes (see regex_to_dfa)
