@@ -21,7 +21,8 @@ from .speculative import expected_tokens, expected_speedup, step_cost, precision
 # %% auto #0
 __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weights_key', 'MedusaHeads', 'EagleDraft',
            'TrainedDraft', 'load_draft', 'SelfDrafter', 'untrained_draft', 'draft_cost', 'train_prompts', 'pydoc_text',
-           'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens', 'train_draft', 'draft_accuracy']
+           'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens', 'train_draft', 'draft_guesses',
+           'draft_accuracy']
 
 # %% ../nbs/06a_draft_training.ipynb #c1feat
 def _check_int(name, v, lo):
@@ -403,10 +404,12 @@ def _stop_split(data:DistillData, tr:list[int], frac:float=0.1):
     stop = set(chat[len(chat) // 20::max(1, round(1 / frac))]) if len(chat) >= 10 else set()
     return [i for i in tr if i not in stop], sorted(stop)
 
-def frequent_tokens(data:DistillData, K:int) -> torch.Tensor:
-    "The `K` tokens the target predicts most often in `data` (its own outputs), sorted by id."
-    V = int(max(int(n.max()) for n in data.nxt)) + 1
-    counts = torch.bincount(torch.cat(data.nxt), minlength=V).float()
+def frequent_tokens(data:DistillData, K:int, idx=None) -> torch.Tensor:
+    "The `K` tokens the target predicts most often in the windows `idx` of `data` (default: all; its own outputs), sorted by id."
+    nxt = data.nxt if idx is None else [data.nxt[i] for i in idx]
+    if not nxt: raise ValueError("frequent_tokens needs at least one window")
+    V = int(max(int(n.max()) for n in nxt)) + 1
+    counts = torch.bincount(torch.cat(nxt), minlength=V).float()
     if K > counts.numel(): counts = torch.cat([counts, torch.zeros(K - counts.numel())])
     return counts.topk(K).indices.sort().values
 
@@ -459,7 +462,7 @@ def _eagle_loss(net, emb, W, vmap, f, x, y, unroll:int=2, reg:float=1.0):
 def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
                 vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
                 unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
-    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`. The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
+    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`, whichever ends first (the learning-rate decay and the early-stopping checks follow it). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often in the training windows (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
     if kind not in KINDS: raise ValueError(f"kind must be \"medusa\" or \"eagle\", got {kind!r}")
     if isinstance(max_minutes, bool) or not isinstance(max_minutes, (int, float)) or not max_minutes > 0:
         raise ValueError(f"max_minutes must be a number > 0, got {max_minutes!r}")
@@ -473,19 +476,19 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     data = distill_data(llm, progress=progress) if data is None else data
     key = weights_key(llm)
     if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
-    spec = json.dumps(dict(kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
+    spec = json.dumps(dict(recipe=2, kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
                            v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, e=evals, u=unroll if kind == 'eagle' else None, seed=seed))
     path = cache_dir() / 'drafts' / f"{kind}-{key}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}.pt"
     if cache and path.exists(): return TrainedDraft.load(path, llm)
 
     torch.manual_seed(seed); gen = torch.Generator().manual_seed(seed)
     m = llm.model
-    vocab = None if vocab_size is None else frequent_tokens(data, vocab_size)
+    tr, va = _split(data)                                                  # va: held-out answers, for the report only
+    vocab = None if vocab_size is None else frequent_tokens(data, vocab_size, tr)   # chosen without the held-out answers
     vmap = torch.arange(V) if vocab is None else torch.full((V,), -100, dtype=torch.long).index_copy_(0, vocab, torch.arange(len(vocab)))
     W = head_weight(m).detach().float().cpu()
     W = W if vocab is None else W[vocab]                                   # (K, C) frozen
     emb = nn.Embedding.from_pretrained(m.embed_tokens.weight.detach().float().cpu(), freeze=True)
-    tr, va = _split(data)
     tr, st = _stop_split(data, tr) if evals else (tr, [])
     net = MedusaHeads(m.cfg.dim, num_heads) if kind == 'medusa' else EagleDraft(m.cfg)
     net.train()
@@ -504,11 +507,12 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
     losses, step, el, dts = [], 0, 0.0, []
     budget = 60 * max_minutes
+    progress_ = lambda: max(el / budget, step / max_steps if max_steps else 0.0)   # the budget, time or steps, nearer its end
     bar = tqdm(total=round(budget), desc=f"train {kind}", unit='s', disable=not progress, leave=False)
     while True:
         done = el >= budget or (max_steps is not None and step >= max_steps)
-        if st and (el >= next_check or done):                             # early stopping: keep the best weights seen
-            checks.append((step, stop_loss())); next_check += budget / evals
+        if st and (progress_() >= next_check or done):                    # early stopping: keep the best weights seen
+            checks.append((step, stop_loss())); next_check += 1 / evals
             if checks[-1][1] < best[0]: best = (checks[-1][1], step, copy.deepcopy(net.state_dict()))
         if done: break
         t0 = time.perf_counter()
@@ -518,7 +522,7 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         else:
             f, x, y = _eagle_batch(data, tr, max(1, batch_size // seq_len), seq_len, gen)
             loss = _eagle_loss(net, emb, W, vmap, f, x, y, unroll=unroll)
-        lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, el / budget)))   # warm-up, cosine over the time budget
+        lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, progress_())))   # warm-up, cosine over the budget
         for g_ in opt.param_groups: g_['lr'] = lr_now
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()
         losses.append(loss.item()); step += 1
@@ -537,11 +541,8 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     return d
 
 # %% ../nbs/06a_draft_training.ipynb #f2acc
-def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:int=4, max_chains:int=400) -> dict:
-    "Chains of `k` greedy guesses from positions of the target's answers in windows `idx` (default: all; evenly spaced, at most `max_chains`), compared with the target's own greedy tokens: top-1 accuracy of guess i, and how many leading guesses are right (the tokens a greedy round accepts, not counting the target's bonus token)."
-    idx = range(len(data.ids)) if idx is None else idx
-    total = sum(max(0, len(data.ids[w]) - k - max(data.starts[w] - 2, 0)) for w in idx)
-    stride = max(1, math.ceil(total / max_chains))
+def draft_guesses(draft:TrainedDraft, llm:LLM, data:DistillData, w:int, ts:list[int], k:int=4) -> torch.Tensor:
+    "The greedy chains of `k` guesses `draft` makes from positions `ts` of window `w` of `data` (as its drafter would after accepting the window's first t+1 tokens): (len(ts), k) token ids."
     m, dev = llm.model, 'cpu'
     net = draft.module_for(torch.float32, dev)
     W = head_weight(m).detach().float().cpu()
@@ -549,30 +550,39 @@ def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:in
     Wk = W if vocab is None else W[vocab]
     emb = m.embed_tokens.weight.detach().float().cpu()
     to_id = (lambda z: z.argmax(-1)) if vocab is None else (lambda z: vocab[z.argmax(-1)])
-    hits, n_acc = torch.zeros(k), []
+    f, x = data.feats[w], data.ids[w]
+    T = len(x)
     with torch.inference_mode():
-        for w in idx:
-            f, x, y, s0 = data.feats[w], data.ids[w], data.nxt[w], data.starts[w]
-            T = len(x)
-            ts = list(range(max(s0 - 2, 0), T - k))[::stride]          # chains whose k labels all lie in the window
-            if not ts: continue
-            if draft.kind == 'medusa':
-                guess = to_id(F.linear(net(f[ts], k), Wk))                  # (n, k)
-            else:
-                cache = KVCache(1, 1, net.cfg.n_kv_heads, net.cfg.head_dim, T + k, dtype=torch.float32)
-                out = net(f[None, :T - 1], emb[x[1:]][None], torch.arange(T - 1)[None], cache)[0]   # (T-1, C) step 1 at every t
-                guess = torch.zeros(len(ts), k, dtype=torch.long)
-                for r, t in enumerate(ts):
-                    g = out[t:t + 1][None]
-                    cache.set_lengths(t + 1)
-                    for i in range(k):
-                        tok = int(to_id(F.linear(g[0, 0], Wk)))
-                        guess[r, i] = tok
-                        if i < k - 1: g = net(g, emb[[tok]][None], torch.tensor([[t + 1 + i]]), cache)
-            labels = torch.stack([y[torch.tensor(ts) + 1 + i] for i in range(k)], 1)   # (n, k) target greedy tokens
-            ok = guess == labels
-            hits += ok.float().sum(0)
-            n_acc.append(ok.long().cumprod(1).sum(1))
+        if draft.kind == 'medusa': return to_id(F.linear(net(f[ts], k), Wk))       # (n, k): all heads read h_t
+        cache = KVCache(1, 1, net.cfg.n_kv_heads, net.cfg.head_dim, T + k, dtype=torch.float32)
+        out = net(f[None, :T - 1], emb[x[1:]][None], torch.arange(T - 1)[None], cache)[0]   # (T-1, C) step 1 at every t
+        guess = torch.zeros(len(ts), k, dtype=torch.long)
+        for r in sorted(range(len(ts)), key=lambda r: -ts[r]):            # latest chain first: see below
+            t = ts[r]
+            g = out[t:t + 1][None]
+            cache.set_lengths(t + 1)                                         # slots 0..t hold the true pairs ...
+            for i in range(k):
+                tok = int(to_id(F.linear(g[0, 0], Wk)))
+                guess[r, i] = tok
+                if i < k - 1: g = net(g, emb[[tok]][None], torch.tensor([[t + 1 + i]]), cache)   # ... and this writes slots t+1.. over them,
+    return guess                                                             # which chains from earlier positions never read
+
+def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:int=4, max_chains:int=400) -> dict:
+    "Chains of `k` greedy guesses from positions of the target's answers in windows `idx` (default: all; evenly spaced, at most `max_chains`), compared with the target's own greedy tokens: top-1 accuracy of guess i, and how many leading guesses are right (the tokens a greedy round accepts, not counting the target's bonus token)."
+    idx = range(len(data.ids)) if idx is None else idx
+    total = sum(max(0, len(data.ids[w]) - k - max(data.starts[w] - 2, 0)) for w in idx)
+    stride = max(1, math.ceil(total / max_chains))
+    hits, n_acc = torch.zeros(k), []
+    for w in idx:
+        y, T = data.nxt[w], len(data.ids[w])
+        ts = list(range(max(data.starts[w] - 2, 0), T - k))[::stride]      # chains whose k labels all lie in the window
+        if not ts: continue
+        guess = draft_guesses(draft, llm, data, w, ts, k)
+        labels = torch.stack([y[torch.tensor(ts) + 1 + i] for i in range(k)], 1)   # (n, k) target greedy tokens
+        ok = guess == labels
+        hits += ok.float().sum(0)
+        n_acc.append(ok.long().cumprod(1).sum(1))
     n_acc = torch.cat(n_acc)
     return dict(k=k, positions=len(n_acc), accuracy=(hits / len(n_acc)).tolist(),
                 accepted_hist=torch.bincount(n_acc, minlength=k + 1).tolist(), mean_accepted=n_acc.float().mean().item())
+
