@@ -126,32 +126,36 @@ class TrainedDraft:
         if k not in self._casts: self._casts[k] = copy.deepcopy(self.module).to(device=device, dtype=dtype).eval().requires_grad_(False)
         return self._casts[k]
 
-    def save(self, path):
-        "Write the draft's weights, vocabulary, target key and training report to `path` (the target's own weights are not stored)."
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        cfg = asdict(self.module.cfg) if self.kind == 'eagle' else dict(dim=self.module.lins[0].in_features, num_heads=self.module.num_heads)
-        torch.save(dict(format='minillm-draft-1', kind=self.kind, config=cfg, state=self.module.state_dict(), vocab=self.vocab,
-                        target_key=self.target_key, info=self.info), path)
 
-    @classmethod
-    def load(cls, path, llm:LLM|None=None) -> 'TrainedDraft':
-        "Read a draft written by `save`; with `llm`, refuse (ValueError) a draft trained for another target."
-        path = Path(path)
-        if not path.exists(): raise ValueError(f"no draft file at {path}")
-        try: d = torch.load(path, weights_only=True)
-        except Exception as e: raise ValueError(f"{path} is not a minillm draft file: {e}") from e
-        if not isinstance(d, dict) or d.get('format') != 'minillm-draft-1': raise ValueError(f"{path} is not a minillm draft file")
-        m = EagleDraft(ModelConfig(**d['config'])) if d['kind'] == 'eagle' else MedusaHeads(**d['config'])
-        m.load_state_dict(d['state'])
-        out = cls(d['kind'], m, d['vocab'], d['target_key'], d['info'])
-        if llm is not None: out.check_target(llm)
-        return out
+# %% ../nbs/06a_draft_training.ipynb #c4save1
+@patch
+def save(self:TrainedDraft, path):
+    "Write the draft's weights, vocabulary, target key and training report to `path` (the target's own weights are not stored)."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    cfg = asdict(self.module.cfg) if self.kind == 'eagle' else dict(dim=self.module.lins[0].in_features, num_heads=self.module.num_heads)
+    torch.save(dict(format='minillm-draft-1', kind=self.kind, config=cfg, state=self.module.state_dict(), vocab=self.vocab,
+                    target_key=self.target_key, info=self.info), path)
 
-    def __repr__(self):
-        what = f"{self.module.num_heads} heads" if self.kind == 'medusa' else "1 layer"
-        voc = 'full vocabulary' if self.vocab is None else f"{len(self.vocab)} tokens"
-        n = sum(p.numel() for p in self.module.parameters())
-        return f"TrainedDraft({self.kind}, {what}, {n / 1e6:.2f}M params, head over {voc}{', prompt lookup first' if self.lookup else ''}, target {self.target_key})"
+@patch(cls_method=True)
+def load(cls:TrainedDraft, path, llm:LLM|None=None) -> 'TrainedDraft':
+    "Read a draft written by `save`; with `llm`, refuse (ValueError) a draft trained for another target."
+    path = Path(path)
+    if not path.exists(): raise ValueError(f"no draft file at {path}")
+    try: d = torch.load(path, weights_only=True)
+    except Exception as e: raise ValueError(f"{path} is not a minillm draft file: {e}") from e
+    if not isinstance(d, dict) or d.get('format') != 'minillm-draft-1': raise ValueError(f"{path} is not a minillm draft file")
+    m = EagleDraft(ModelConfig(**d['config'])) if d['kind'] == 'eagle' else MedusaHeads(**d['config'])
+    m.load_state_dict(d['state'])
+    out = cls(d['kind'], m, d['vocab'], d['target_key'], d['info'])
+    if llm is not None: out.check_target(llm)
+    return out
+
+@patch
+def __repr__(self:TrainedDraft):
+    what = f"{self.module.num_heads} heads" if self.kind == 'medusa' else "1 layer"
+    voc = 'full vocabulary' if self.vocab is None else f"{len(self.vocab)} tokens"
+    n = sum(p.numel() for p in self.module.parameters())
+    return f"TrainedDraft({self.kind}, {what}, {n / 1e6:.2f}M params, head over {voc}{', prompt lookup first' if self.lookup else ''}, target {self.target_key})"
 
 def load_draft(path, llm:LLM) -> TrainedDraft:
     "Load a saved draft for the target `llm`; a draft trained on another model raises a ValueError."
@@ -209,39 +213,44 @@ class SelfDrafter:
         self.rounds.append((len(d), n))
         self._last = None
 
-    def propose(self, tokens:list[int], k:int, probs):
-        "Up to `k` draft tokens after `tokens` and their draft distributions (None when greedy)."
-        self._record(tokens)
-        L, j = len(tokens), len(tokens) - 2                                # features are known up to position L-2
-        if j < 0 or k < 1: return [], None
-        if self.draft.lookup and (look := prompt_lookup(tokens, k, 3, 2)):
-            self._last = (L, look)
-            return look, None                                              # deterministic: q is one-hot
-        out, qs, hist = [], [], list(tokens)
-        def pick(z):
-            t, q = probs(self._full(z), hist)
-            out.append(t); hist.append(t)
-            if q is not None: qs.append(q)
-            return t
-        with torch.inference_mode():
-            if self.kind == 'medusa':
-                z = F.linear(self.net(self.feats[j], min(k, self.net.num_heads)), self.W)   # (k, K): all heads at once
-                for i in range(z.shape[0]): pick(z[i:i + 1])
-            else:
-                emb, n0, dev = self.llm.model.embed_tokens, min(self.n_fed, j), self.feats.device
-                self.cache.set_lengths(n0)                                   # forget last round's own guesses
-                pos = torch.arange(n0, j + 1, device=dev)[None]
-                g = self.net(self.feats[n0:j + 1][None], emb(torch.tensor([tokens[n0 + 1:L]], device=dev)), pos, self.cache)[:, -1:]
-                self.n_fed = j + 1
-                for i in range(k):
-                    t = pick(F.linear(g[0], self.W))                         # (1, K)
-                    if i < k - 1: g = self.net(g, emb(torch.tensor([[t]], device=dev)), torch.tensor([[j + 1 + i]], device=dev), self.cache)
-        self._last = (L, out)
-        return out, (torch.cat(qs) if qs else None)
 
-    def finish(self, tokens:list[int]):
-        "Record the last round, given the final token list."
-        self._record(tokens)
+# %% ../nbs/06a_draft_training.ipynb #c6prop1
+@patch
+def propose(self:SelfDrafter, tokens:list[int], k:int, probs):
+    "Up to `k` draft tokens after `tokens` and their draft distributions (None when greedy)."
+    self._record(tokens)
+    L, j = len(tokens), len(tokens) - 2                                # features are known up to position L-2
+    if j < 0 or k < 1: return [], None
+    if self.draft.lookup and (look := prompt_lookup(tokens, k, 3, 2)):
+        self._last = (L, look)
+        return look, None                                              # deterministic: q is one-hot
+    out, qs, hist = [], [], list(tokens)
+    def pick(z):
+        t, q = probs(self._full(z), hist)
+        out.append(t); hist.append(t)
+        if q is not None: qs.append(q)
+        return t
+    with torch.inference_mode():
+        if self.kind == 'medusa':
+            z = F.linear(self.net(self.feats[j], min(k, self.net.num_heads)), self.W)   # (k, K): all heads at once
+            for i in range(z.shape[0]): pick(z[i:i + 1])
+        else:
+            emb, n0, dev = self.llm.model.embed_tokens, min(self.n_fed, j), self.feats.device
+            self.cache.set_lengths(n0)                                   # forget last round's own guesses
+            pos = torch.arange(n0, j + 1, device=dev)[None]
+            g = self.net(self.feats[n0:j + 1][None], emb(torch.tensor([tokens[n0 + 1:L]], device=dev)), pos, self.cache)[:, -1:]
+            self.n_fed = j + 1
+            for i in range(k):
+                t = pick(F.linear(g[0], self.W))                         # (1, K)
+                if i < k - 1: g = self.net(g, emb(torch.tensor([[t]], device=dev)), torch.tensor([[j + 1 + i]], device=dev), self.cache)
+    self._last = (L, out)
+    return out, (torch.cat(qs) if qs else None)
+
+@patch
+def finish(self:SelfDrafter, tokens:list[int]):
+    "Record the last round, given the final token list."
+    self._record(tokens)
+
 
 # %% ../nbs/06a_draft_training.ipynb #c7gen
 _untrained_generate = getattr(LLM.generate, 'untrained', LLM.generate)   # the methods before this chapter (also after a reload)
@@ -322,6 +331,8 @@ def pydoc_text(max_chars:int|None=None) -> str:
     s = '\n\n'.join(topics[k] for k in sorted(topics))
     return s if max_chars is None else s[:max_chars]
 
+
+# %% ../nbs/06a_draft_training.ipynb #e1data1
 @dataclass
 class DistillData:
     "Self-distillation data: token windows with the frozen target's final hidden states and greedy next tokens."
@@ -360,6 +371,8 @@ def answer_greedy(llm:LLM, prompts:list, max_new_tokens:int, batch_size:int=16) 
             out.append(i + a[:cut])
     return out
 
+
+# %% ../nbs/06a_draft_training.ipynb #e1data2
 def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_tokens:int=8_000, answer_tokens:int=96,
                  cache:bool=True, progress:bool=True) -> DistillData:
     "Run the frozen target over `texts` (strings or token-id lists; default: `pydoc_text()`) cut into `window`-token pieces, and over `prompts` answered by the target itself (chat messages; default: `train_prompts()`), keeping its hidden states and greedy next tokens. Cached by target and arguments."
@@ -392,6 +405,8 @@ def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_
         torch.save(dict(ids=out.ids, feats=[f.half() for f in out.feats], nxt=out.nxt, source=out.source, starts=out.starts, key=key), path)
     return out
 
+
+# %% ../nbs/06a_draft_training.ipynb #e1data3
 def _split(data:DistillData, frac:float=0.1):
     "Hold out every tenth chat window (the target's own answers) for validation."
     chat = [i for i, s in enumerate(data.source) if s == 'chat']
@@ -413,6 +428,7 @@ def frequent_tokens(data:DistillData, K:int, idx=None) -> torch.Tensor:
     if K > counts.numel(): counts = torch.cat([counts, torch.zeros(K - counts.numel())])
     return counts.topk(K).indices.sort().values
 
+
 # %% ../nbs/06a_draft_training.ipynb #f1train
 def _labels(data:DistillData, idx, num_heads:int, vmap:torch.Tensor):
     "Features (N, C) and labels (N, num_heads): head i at position t is trained on the target's greedy token at position t+1+i; -100 off the window or off the head's vocabulary."
@@ -431,6 +447,8 @@ def _medusa_step(net, W, Fb, Yb, weights):
     losses = [F.cross_entropy(z[:, i], Yb[:, i], ignore_index=-100) for i in range(z.shape[1])]
     return sum(w * l for w, l in zip(weights, losses))
 
+
+# %% ../nbs/06a_draft_training.ipynb #f1eagle
 def _eagle_batch(data, idx, B, T, gen):
     "B random chunks of T+1 positions from the windows `idx`: features, tokens, target next tokens."
     f, x, y = [], [], []
@@ -459,10 +477,10 @@ def _eagle_loss(net, emb, W, vmap, f, x, y, unroll:int=2, reg:float=1.0):
         inp = torch.cat([f[:, :1], g[:, :-1]], 1)                          # next pass: its own guesses as inputs
     return total / unroll
 
-def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
-                vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
-                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
-    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`, whichever ends first (the learning-rate decay and the early-stopping checks follow it). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often in the training windows (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
+
+# %% ../nbs/06a_draft_training.ipynb #f1loop
+def _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, max_steps, vocab_size, lr, evals, unroll):
+    "Raise a ValueError naming the first `train_draft` argument that is out of range."
     if kind not in KINDS: raise ValueError(f"kind must be \"medusa\" or \"eagle\", got {kind!r}")
     if isinstance(max_minutes, bool) or not isinstance(max_minutes, (int, float)) or not max_minutes > 0:
         raise ValueError(f"max_minutes must be a number > 0, got {max_minutes!r}")
@@ -473,6 +491,15 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         raise ValueError(f"vocab_size must be None (the full vocabulary) or an integer in 1..{V}, got {vocab_size!r}")
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr!r}")
     _check_int('evals', evals, 0); _check_int('unroll', unroll, 1)
+
+
+# %% ../nbs/06a_draft_training.ipynb #f1loop2
+def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
+                vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
+                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
+    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`, whichever ends first (the learning-rate decay and the early-stopping checks follow it). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often in the training windows (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
+    _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, max_steps, vocab_size, lr, evals, unroll)
+    V = llm.config.vocab_size
     data = distill_data(llm, progress=progress) if data is None else data
     key = weights_key(llm)
     if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
