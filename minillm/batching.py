@@ -24,10 +24,11 @@ import minillm.speculative   # its `LLM.generate` (drafts) must exist before we 
 __all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params',
            'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant',
            'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput', 'check_engine_args', 'Engine',
-           'SegmentedAttention', 'PackedBatch', 'forward_packed', 'block_hashes', 'plot_blocks',
-           'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload', 'serve_one_at_a_time',
-           'serve_static', 'serve_engine', 'serving_bench', 'plot_serving', 'shared_prefix_workload', 'step_split',
-           'plot_steps', 'goals_bench', 'serve_engine_steps', 'plot_timeline', 'schedule_stand_in', 'engine_explorer']
+           'SegmentedAttention', 'PackedBatch', 'forward_packed', 'attention_lse', 'merge_attention', 'shared_prefixes',
+           'block_hashes', 'plot_blocks', 'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload',
+           'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench', 'plot_serving',
+           'shared_prefix_workload', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps', 'plot_timeline',
+           'schedule_stand_in', 'engine_explorer']
 
 # %% ../nbs/07_batching.ipynb #07c00104
 def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
@@ -520,8 +521,11 @@ class Engine:
                  num_blocks:int|None=None,        # blocks in the pool; default enough for max_batch_size rows of 512 tokens (and one full context)
                  block_size:int=16,               # slots per block
                  max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP,  # token budget of one step (decode rows + prefill chunks); None: no limit
-                 prefix_caching:bool=False):      # keep full prompt blocks after a request ends and reuse them for equal prefixes
+                 prefix_caching:bool=False,       # keep full prompt blocks after a request ends and reuse them for equal prefixes
+                 cascade:bool=True):              # rows that share prompt blocks read them once (cascade attention); False: every row gathers its own copy
         check_engine_args(max_batch_size, max_tokens_per_step, prefix_caching, num_blocks, block_size)
+        if not isinstance(cascade, bool): raise ValueError(f"Engine: cascade must be True or False, got {cascade!r}")
+        self.cascade = cascade
         self.llm, self.max_batch_size, self.max_tokens_per_step, self.prefix_caching = llm, max_batch_size, max_tokens_per_step, prefix_caching
         if num_blocks is None: num_blocks = max(-(-llm.config.max_seq_len // block_size), -(-max_batch_size * 512 // block_size))
         self.cache = PagedKVCache.for_model(llm.model, num_blocks, block_size)
@@ -639,7 +643,7 @@ def _rows(self:Engine) -> int:
 class SegmentedAttention:
     """Stands in for the attention mask of a packed step. The model calls `F.scaled_dot_product_attention(q, k, v, attn_mask=<this>)`;
     through PyTorch's `__torch_function__` protocol this object takes the call over and attends each row of the pack to its own keys:
-    every one-token row in one batched call, each longer chunk in a causal call of its own."""
+    every one-token row in one batched call (rows that share prompt blocks: cascade attention, below), each longer chunk in a causal call of its own."""
     def __init__(self, batch:PackedBatch): self.batch = batch
 
     @classmethod
@@ -651,7 +655,8 @@ class SegmentedAttention:
 
 class PackedBatch:
     "The rows of one engine step, packed into one sequence of N new tokens: row i brings `n_i` tokens at positions `start_i..start_i + n_i - 1`."
-    def __init__(self, pool:PagedKVCache, rows:list[tuple]):             # rows: (seq_id, start, n), blocks already grown
+    def __init__(self, pool:PagedKVCache, rows:list[tuple],             # rows: (seq_id, start, n), blocks already grown
+                 cascade:bool=True):                                   # rows sharing prompt blocks read them once (below)
         bs, dev = pool.block_size, pool.device
         self.pool, self.rows, self.layer = pool, rows, 0
         slot = lambda s, p: pool.tables[s][p // bs] * bs + p % bs           # pool slot of position p of sequence s
@@ -660,6 +665,8 @@ class PackedBatch:
         offs = [0]
         for s, a, n in rows: offs.append(offs[-1] + n)
         one = [i for i, (s, a, n) in enumerate(rows) if n == 1]              # decode rows (and one-token chunks)
+        self.shared, self.shared_rows = [], 0                              # cascade attention's groups (next section)
+        if cascade and len(one) > 1: one = self._plan_cascade(one, offs)   # the rows it takes leave the plain path
         self.one_idx = torch.tensor([offs[i] for i in one], device=dev)      # their places in the pack
         S = max((rows[i][1] + 1 for i in one), default=0)
         self.one_read = torch.tensor([[slot(rows[i][0], p) if p <= rows[i][1] else 0 for p in range(S)] for i in one],
@@ -688,6 +695,7 @@ class PackedBatch:
         kp, vp = self.pool.k[self.layer], self.pool.v[self.layer]          # (slots, H_kv, D)
         H_kv, D = kp.shape[1:]
         y = torch.empty_like(q)
+        if self.shared: self._attend_cascade(q, y, kp, vp)                 # rows that share prompt blocks (next section)
         sdpa = F.scaled_dot_product_attention
         if len(self.one_idx):                                              # one batched call for every one-token row
             B1, S = self.one_read.shape
@@ -712,6 +720,85 @@ def forward_packed(model:Transformer, ids:torch.Tensor, batch:PackedBatch, out_r
     x = model.norm(x[0, out_rows])                                         # (R, C) only the rows that pick a token
     logits = F.linear(x, model.embed_tokens.weight) if model.lm_head is None else linear(model.lm_head, x)
     return logits.float()                                                  # (R, V)
+
+
+# %% ../nbs/07_batching.ipynb #07c00067
+def attention_lse(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None,
+                  scale:float|None=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of queries `q` `(..., T, D)` over keys and values `(..., S, D)` (leading dims broadcast; `mask` True where a key
+    is visible), and the log-sum-exp of each query's scores `(..., T, 1)`: what merging with attention over other keys needs."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale                                  # (..., T, S) scores
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    m = s.amax(-1, keepdim=True)                                           # every query sees at least one key here
+    p = (s - m).exp()
+    l = p.sum(-1, keepdim=True)
+    return (p @ v) / l, m + l.log()
+
+def merge_attention(o1:torch.Tensor, lse1:torch.Tensor, o2:torch.Tensor, lse2:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "Attention over the union of two disjoint sets of keys, exactly, from each set's output `(..., D)` and log-sum-exp `(..., 1)`."
+    lse = torch.logaddexp(lse1, lse2)                                      # log of the sum of both sets' exp-scores
+    return o1 * (lse1 - lse).exp() + o2 * (lse2 - lse).exp(), lse          # each output weighted by its share of the softmax mass
+
+def shared_prefixes(tables:list[list[int]], lengths:list[int], block_size:int) -> list[tuple[list[int], int]]:
+    """Groups of rows whose block tables start with the same blocks: `(rows, blocks)` for every group of two or more rows that all read
+    their first `blocks` blocks in full (row i reads `lengths[i]` keys and writes its newest one, which never lies in a shared block)."""
+    by_first = {}
+    for i, (t, L) in enumerate(zip(tables, lengths)):
+        if L > block_size: by_first.setdefault(t[0], []).append(i)        # a full block before the newest key
+    out = []
+    for rs in by_first.values():
+        if len(rs) < 2: continue
+        n, first = min((lengths[i] - 1) // block_size for i in rs), tables[rs[0]]
+        for i in rs[1:]:                                                   # the longest run of blocks common to all of them
+            k = 0
+            while k < n and tables[i][k] == first[k]: k += 1
+            n = k
+        out.append((rs, n))
+    return out
+
+
+# %% ../nbs/07_batching.ipynb #07c00068
+@patch
+def _plan_cascade(self:PackedBatch, one:list[int], offs:list[int]) -> list[int]:
+    "Take the one-token rows of `one` that share prompt blocks: plan their shared keys and their own; return the rows left to the plain path."
+    pool, bs, dev = self.pool, self.pool.block_size, self.pool.device
+    tables, lens = [pool.tables[self.rows[i][0]] for i in one], [self.rows[i][1] + 1 for i in one]
+    groups = shared_prefixes(tables, lens, bs)
+    if not groups: return one
+    order, own = [], []                                                    # cascade rows, group by group; their own key positions
+    for rs, nb in groups:
+        blocks = tables[rs[0]][:nb]
+        keys = (slice(blocks[0] * bs, (blocks[-1] + 1) * bs) if blocks == list(range(blocks[0], blocks[0] + nb))   # one view, no copy
+                else torch.tensor([b * bs + j for b in blocks for j in range(bs)], device=dev))
+        self.shared.append((len(order), len(order) + len(rs), keys))
+        for j in rs: order.append(j); own.append((j, nb * bs))
+    W = max(lens[j] - start for j, start in own)                          # widest run of own keys
+    slot = lambda t, p: t[p // bs] * bs + p % bs
+    self.c_idx = torch.tensor([offs[one[j]] for j in order], device=dev)                   # (Bc,) places in the pack
+    self.c_read = torch.tensor([[slot(tables[j], start + p) if start + p < lens[j] else 0 for p in range(W)] for j, start in own],
+                               dtype=torch.long, device=dev)                               # (Bc, W) own keys; padding reads slot 0
+    self.c_mask = (torch.arange(W)[None] < torch.tensor([lens[j] - start for j, start in own])[:, None])[:, None, None].to(dev)  # (Bc, 1, 1, W)
+    self.shared_rows = len(order)
+    taken = set(order)
+    return [one[j] for j in range(len(one)) if j not in taken]
+
+@patch
+def _attend_cascade(self:PackedBatch, q:torch.Tensor, y:torch.Tensor, kp:torch.Tensor, vp:torch.Tensor):
+    "Cascade attention for the rows of `self.shared`: each group's shared keys once for all its queries, each row's own keys, merged by log-sum-exp; written into `y`."
+    H, H_kv, D = q.shape[1], kp.shape[1], kp.shape[2]
+    g, Bc = H // H_kv, len(self.c_idx)
+    qc = q[0, :, self.c_idx].transpose(0, 1).float().reshape(Bc, H_kv, g, D)   # (Bc, H_kv, g, D): query heads by their KV head
+    K, V = kp[self.c_read].float().transpose(1, 2), vp[self.c_read].float().transpose(1, 2)   # (Bc, H_kv, W, D) own keys only
+    o, lse = attention_lse(qc, K, V, self.c_mask)                          # (Bc, H_kv, g, D), (Bc, H_kv, g, 1)
+    for a, b, keys in self.shared:                                         # per group: one matrix product for all its rows
+        G = b - a
+        qs = qc[a:b].transpose(0, 1).reshape(H_kv, G * g, D)               # (H_kv, G g, D): every query of the group
+        Ks, Vs = kp[keys].float().transpose(0, 1), vp[keys].float().transpose(0, 1)   # (H_kv, P, D): one copy of the prefix
+        os_, ls = attention_lse(qs, Ks, Vs)
+        os_, ls = (t.reshape(H_kv, G, g, -1).transpose(0, 1) for t in (os_, ls))      # back to (G, H_kv, g, .)
+        o[a:b], lse[a:b] = merge_attention(o[a:b], lse[a:b], os_, ls)
+    y[0, :, self.c_idx] = o.reshape(Bc, H, D).transpose(0, 1).to(y.dtype)
 
 
 # %% ../nbs/07_batching.ipynb #07c00063
@@ -756,7 +843,7 @@ def step(self:Engine) -> dict[int, StepOutput]:
     states = {r.id: r.status for r in self.waiting}
     sched = self._schedule()
     for r in self.waiting: states[r.id] = r.status                         # 'waiting', or 'preempted' (also just now)
-    carried = dict(decode_rows=0, prefill_tokens=0)
+    carried = dict(decode_rows=0, prefill_tokens=0, cascade_rows=0)
     for r, n in sched.items():
         kind = 'decode' if r.status == 'decode' else 'prefill'
         states[r.id] = kind
@@ -764,6 +851,7 @@ def step(self:Engine) -> dict[int, StepOutput]:
         else: carried['prefill_tokens'] += n
     if sched:
         with torch.inference_mode(): emitted = self._forward(sched, outs)
+        carried['cascade_rows'] = self._shared_rows
         for r in emitted:
             if r.id not in states: states[r.id] = 'prefill'                # forked samples: their first token
             if r.finished: self._retire(r)
@@ -783,7 +871,8 @@ def _forward(self:Engine, sched:dict, outs:dict) -> list[Request]:
         ids += toks[r.computed:r.computed + n]
         rows.append((r.id, r.computed, n))
         if r.computed + n == len(toks): out_rows.append(len(ids) - 1); emit.append(r)   # its last token gives the next one's logits
-    logits = forward_packed(self.llm.model, torch.tensor([ids], device=self.llm.device), PackedBatch(self.cache, rows), out_rows)
+    logits = forward_packed(self.llm.model, torch.tensor([ids], device=self.llm.device), (pb := PackedBatch(self.cache, rows, self.cascade)), out_rows)
+    self._shared_rows = pb.shared_rows                                 # decode rows served by cascade attention
     bs = self.cache.block_size
     for r, n in sched.items():
         r.computed += n
