@@ -215,14 +215,19 @@ class EngineWorker:
     def _post(self, cmd):
         with self._cv: self._inbox.append(cmd); self._cv.notify()
 
-    async def submit(self, prompt, params:SamplingParams, queue:asyncio.Queue, index:int=0) -> _Handle:
-        "Queue `prompt` with `params`; its `Delta`s will arrive in `queue`. Raises the engine's ValueError for a bad request."
+    async def submit(self, prompt, params:SamplingParams, queue:asyncio.Queue, index:int=0) -> _Handle|list[_Handle]:
+        """Queue `prompt` with `params`; its `Delta`s will arrive in `queue` as choice `index`. With `params.n` > 1 it is one engine request
+        (the prompt prefilled once, its blocks shared) and the result is a list of `n` handles, choices `index` to `index + n - 1`.
+        Raises the engine's ValueError for a bad request."""
         if not (self.alive and self.accepting): raise APIError("the server is shutting down or its engine is not running", 503, 'server_error')
-        h = _Handle(asyncio.get_running_loop(), queue, index)
-        self._post(('submit', h, prompt, params))
-        try: await h.accepted
-        except BaseException: self.release(h); raise                   # refused, or the caller went away while waiting
-        return h
+        loop = asyncio.get_running_loop()
+        hs = [_Handle(loop, queue, index + i) for i in range(params.n)]
+        self._post(('submit', hs, prompt, params))
+        try: await hs[0].accepted                                      # the engine thread answers for the whole group on the first
+        except BaseException:                                          # refused, or the caller went away while waiting
+            for h in hs: self.release(h)
+            raise
+        return hs[0] if params.n == 1 else hs
 
     def release(self, h:_Handle):
         "The caller is done with `h`: cancel it if it still runs (its blocks go back to the pool) and forget it."
@@ -261,24 +266,27 @@ def _run(self:EngineWorker):
 # %% ../nbs/08_serving.ipynb #08c00032d
 @patch
 def _command(self:EngineWorker, c):
-    "Carry out one inbox command on the engine thread: ('call', fn, future), ('submit', handle, prompt, params) or ('release', handle)."
+    "Carry out one inbox command on the engine thread: ('call', fn, future), ('submit', handles, prompt, params) or ('release', handle)."
     eng, kind = self.engine, c[0]
     if kind == 'call':
         _, fn, f = c
         try: f.set_result(fn(eng))
         except Exception as e: f.set_exception(e)
     elif kind == 'submit':
-        _, h, prompt, params = c
-        try: rid = eng.submit(prompt, params)
+        _, hs, prompt, params = c                                   # one handle per sample
+        try: rids = eng.submit(prompt, params)
         except Exception as e:
             self.counts['rejected'] += 1
-            h.resolve(error=e if isinstance(e, (ValueError, APIError)) else APIError(f"{type(e).__name__}: {e}", 500, 'server_error'))
+            hs[0].resolve(error=e if isinstance(e, (ValueError, APIError)) else APIError(f"{type(e).__name__}: {e}", 500, 'server_error'))
             return
-        self.counts['submitted'] += 1
-        h.rid, h.prompt_tokens = rid, len(eng.requests[rid].prompt_ids)
-        self._live[rid] = h
-        h.resolve(rid)
-        if eng.requests[rid].status == 'done': self._deliver(rid, [], '', True)   # nothing to generate
+        rids = rids if isinstance(rids, list) else [rids]           # n > 1: the ids of its n samples
+        self.counts['submitted'] += len(rids)
+        for h, rid in zip(hs, rids):
+            h.rid, h.prompt_tokens = rid, len(eng.requests[rid].prompt_ids)
+            self._live[rid] = h
+        hs[0].resolve(rids)
+        for rid in rids:
+            if eng.requests[rid].status == 'done': self._deliver(rid, [], '', True)   # nothing to generate
     elif kind == 'release':
         h = c[1]
         rid = h.rid
@@ -496,7 +504,7 @@ def best_choices(acc:list[dict], drawn:int, n:int) -> list[tuple[int, dict]]:
 
 @patch
 async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
-    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams) per choice, and the prompt tokens for `usage`."
+    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams with `n`) jobs, one per prompt, and the prompt tokens for `usage`."
     self.check_key(request)
     check_content_type(request)
     req = parse_body(kind, await _read_body(request, self.max_body_bytes))
@@ -533,17 +541,21 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
             raise APIError(f"this model's context window is {self.ctx} tokens, but the request needs {len(ids) + mt} "
                            f"({len(ids)} in the prompt, {mt} for the completion); lower max_tokens or shorten the prompt",
                            param=param, code='context_length_exceeded')
-        jobs += [(ids, q) for q in sample_params(replace(to_sampling_params(req, mt, self.llm.config.vocab_size), n=drawn))]   # choice i: seed + i
+        p, B = to_sampling_params(req, mt, self.llm.config.vocab_size), self.worker.engine.max_batch_size
+        for a in range(0, drawn, B):                                   # n samples as one engine request (at most a batch of them): choice i seeded seed + i
+            jobs.append((ids, replace(p, n=min(B, drawn - a), seed=None if p.seed is None else p.seed + a)))
     return req, jobs, sum(len(ids) for ids in prompts)
 
 
 # %% ../nbs/08_serving.ipynb #08c00043s
 @patch
 async def submit_all(self:Endpoints, jobs) -> tuple[asyncio.Queue, list[_Handle]]:
-    "Submit every (prompt ids, params) job to the worker, choice i with index i, all answering into one queue; none is left running if one is refused."
+    "Submit every (prompt ids, params) job to the worker (a job's `n` samples are choices i to i + n - 1), all answering into one queue; none is left running if one is refused."
     q, hs = asyncio.Queue(), []
     try:
-        for i, (ids, p) in enumerate(jobs): hs.append(await self.worker.submit(ids, p, q, i))
+        for ids, p in jobs:
+            h = await self.worker.submit(ids, p, q, len(hs))
+            hs += h if isinstance(h, list) else [h]
     except BaseException as e:
         for h in hs: self.worker.release(h)
         if isinstance(e, ValueError): raise APIError(str(e)) from None
