@@ -737,8 +737,8 @@ def attention_lse(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Ten
 
 def merge_attention(o1:torch.Tensor, lse1:torch.Tensor, o2:torch.Tensor, lse2:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     "Attention over the union of two disjoint sets of keys, exactly, from each set's output `(..., D)` and log-sum-exp `(..., 1)`."
-    lse = torch.logaddexp(lse1, lse2)                                      # log of the sum of both sets' exp-scores
-    return o1 * (lse1 - lse).exp() + o2 * (lse2 - lse).exp(), lse          # each output weighted by its share of the softmax mass
+    w2 = torch.sigmoid(lse2 - lse1)                                        # e^lse2 / (e^lse1 + e^lse2): the second set's share of the mass
+    return torch.lerp(o1, o2, w2), torch.logaddexp(lse1, lse2)            # (1 - w2) o1 + w2 o2, and the log of the summed mass
 
 def shared_prefixes(tables:list[list[int]], lengths:list[int], block_size:int) -> list[tuple[list[int], int]]:
     """Groups of rows whose block tables start with the same blocks: `(rows, blocks)` for every group of two or more rows that all read
@@ -783,20 +783,31 @@ def _plan_cascade(self:PackedBatch, one:list[int], offs:list[int]) -> list[int]:
     taken = set(order)
     return [one[j] for j in range(len(one)) if j not in taken]
 
+_flash_lse = getattr(torch.ops.aten, '_scaled_dot_product_flash_attention_for_cpu', None)   # PyTorch's CPU kernel, with the log-sum-exp
+
+def _part_lse(q, k, v, mask=None):
+    "`attention_lse` for (B, H_kv, T, D) queries over (B, H_kv, S, D) keys: one PyTorch kernel call on a CPU (it returns the log-sum-exp too), else ours."
+    if _flash_lse is not None and q.device.type == 'cpu':
+        add = None if mask is None else torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float('-inf'))
+        o, lse = _flash_lse(q, k, v, attn_mask=add)
+        return o, lse.float()[..., None]
+    return attention_lse(q.float(), k.float(), v.float(), mask)
+
 @patch
 def _attend_cascade(self:PackedBatch, q:torch.Tensor, y:torch.Tensor, kp:torch.Tensor, vp:torch.Tensor):
     "Cascade attention for the rows of `self.shared`: each group's shared keys once for all its queries, each row's own keys, merged by log-sum-exp; written into `y`."
     H, H_kv, D = q.shape[1], kp.shape[1], kp.shape[2]
     g, Bc = H // H_kv, len(self.c_idx)
-    qc = q[0, :, self.c_idx].transpose(0, 1).float().reshape(Bc, H_kv, g, D)   # (Bc, H_kv, g, D): query heads by their KV head
-    K, V = kp[self.c_read].float().transpose(1, 2), vp[self.c_read].float().transpose(1, 2)   # (Bc, H_kv, W, D) own keys only
-    o, lse = attention_lse(qc, K, V, self.c_mask)                          # (Bc, H_kv, g, D), (Bc, H_kv, g, 1)
-    for a, b, keys in self.shared:                                         # per group: one matrix product for all its rows
+    qc = q[0, :, self.c_idx].transpose(0, 1).reshape(Bc, H_kv, g, D)  # (Bc, H_kv, g, D): a row's query heads as g queries of their KV head
+    K, V = kp[self.c_read].transpose(1, 2), vp[self.c_read].transpose(1, 2)   # (Bc, H_kv, W, D): own keys only
+    o, lse = _part_lse(qc, K, V, self.c_mask)                          # (Bc, H_kv, g, D), (Bc, H_kv, g, 1)
+    o = o.float()
+    for a, b, keys in self.shared:                                     # per group: one matrix product for all its rows
         G = b - a
-        qs = qc[a:b].transpose(0, 1).reshape(H_kv, G * g, D)               # (H_kv, G g, D): every query of the group
-        Ks, Vs = kp[keys].float().transpose(0, 1), vp[keys].float().transpose(0, 1)   # (H_kv, P, D): one copy of the prefix
-        os_, ls = attention_lse(qs, Ks, Vs)
-        os_, ls = (t.reshape(H_kv, G, g, -1).transpose(0, 1) for t in (os_, ls))      # back to (G, H_kv, g, .)
+        qs = qc[a:b].transpose(0, 1).reshape(1, H_kv, G * g, D)        # every query of the group, per KV head
+        Ks, Vs = kp[keys].transpose(0, 1)[None], vp[keys].transpose(0, 1)[None]   # (1, H_kv, P, D): the one copy of the prefix
+        os_, ls = _part_lse(qs, Ks, Vs)
+        os_, ls = (t.view(H_kv, G, g, -1).transpose(0, 1).float() for t in (os_, ls))   # back to (G, H_kv, g, .)
         o[a:b], lse[a:b] = merge_attention(o[a:b], lse[a:b], os_, ls)
     y[0, :, self.c_idx] = o.reshape(Bc, H, D).transpose(0, 1).to(y.dtype)
 
