@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib, math, os, random, sys, time
 from array import array
 from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
@@ -104,11 +105,22 @@ class Request:
         return (f"Request({self.id!r}, {len(self.prompt_ids)} prompt tokens, {len(self.out)}/{self.params.max_new_tokens} generated, "
                 f"{self.status}{', ' + self.finish_reason if self.finished else ''})")
 
-def pick_rows(reqs:list[Request], logits:torch.Tensor) -> tuple[list[int], torch.Tensor]:
-    "Next token of every row of `logits` `(B, V)` (row b belongs to `reqs[b]`), and the log-probabilities `(B, V)`."
+_samplers = {}                                                            # threads -> a pool that draws rows side by side
+
+def pick_rows(reqs:list[Request], logits:torch.Tensor, threads:int=1) -> tuple[list[int], torch.Tensor]:
+    """Next token of every row of `logits` `(B, V)` (row b belongs to `reqs[b]`), and the log-probabilities `(B, V)`. With `threads` > 1 the
+    sampled rows without a constraint are drawn on that many threads: each row has its own generator, so the tokens are the same."""
     lp = F.log_softmax(logits.float(), -1)
     greedy = logits.argmax(-1).tolist()                                   # one call for every plain greedy row
-    return [g if r.plain else r.pick(logits[b:b + 1]) for b, (r, g) in enumerate(zip(reqs, greedy))], lp
+    out = [g if r.plain else None for r, g in zip(reqs, greedy)]
+    todo = [b for b, r in enumerate(reqs) if not r.plain]
+    side = [b for b in todo if reqs[b].params.constraint is None] if threads > 1 and len(todo) > 1 else []   # a constraint object may be shared
+    if side:
+        pool = _samplers.get(threads) or _samplers.setdefault(threads, ThreadPoolExecutor(threads, thread_name_prefix='minillm-sample'))
+        for b, t in zip(side, pool.map(lambda b: reqs[b].pick(logits[b:b + 1]), side)): out[b] = t
+    for b in todo:
+        if out[b] is None: out[b] = reqs[b].pick(logits[b:b + 1])
+    return out, lp
 
 # %% ../nbs/07_batching.ipynb #07c00011
 def is_batch(prompt) -> bool:
@@ -508,6 +520,7 @@ def check_engine_args(max_batch_size:int=16, max_tokens_per_step:int|None=DEFAUL
 # %% ../nbs/07_batching.ipynb #07c00060
 class Engine:
     "Continuous batching: requests join and leave between steps (iteration-level scheduling), their keys and values in a `PagedKVCache`."
+    sampling_threads = None                                            # threads that draw the sampled rows (`pick_rows`); None: torch's thread count
     def __init__(self, llm:LLM, max_batch_size:int=16,
                  num_blocks:int|None=None,        # blocks in the pool; default enough for max_batch_size rows of 512 tokens (and one full context)
                  block_size:int=16,               # slots per block
@@ -894,7 +907,7 @@ def _forward(self:Engine, sched:dict, outs:dict) -> list[Request]:
 
 @patch
 def _emit(self:Engine, reqs:list[Request], logits:torch.Tensor, outs:dict):
-    nxt, lp = pick_rows(reqs, logits)
+    nxt, lp = pick_rows(reqs, logits, self.sampling_threads or torch.get_num_threads())
     now = time.perf_counter()
     for b, (r, t) in enumerate(zip(reqs, nxt)):
         piece = r.add(t, lp[b])
