@@ -8,6 +8,7 @@ __all__ = []
 # %% ../nbs/90_all.ipynb #95ed2769
 from .model import *
 from .weights import *
+from .measure import *
 from .loop import *
 from .sampling import *
 from .kvcache import *

@@ -19,12 +19,12 @@ from .loop import Generation, TextAssembler, encode_prompt, machine_info
 from .sampling import SamplingParams, sample, resolve_params, process_logits, sample_params
 from .kvcache import KVCache
 from .speculative import make_draft, draft_picker, verify_round, _history_free, step_cost
-import minillm.speculative   # its `LLM.generate` (drafts) must exist before we extend it to lists of prompts
+import minillm.speculative   # chapter 06's mode registered: a batch may draft too
 
 # %% auto #0
 __all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params',
-           'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'batch_logits', 'batch_invariant',
-           'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'StepOutput', 'check_engine_args', 'Engine',
+           'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'generate_many', 'batch_logits',
+           'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'StepOutput', 'check_engine_args', 'Engine',
            'SegmentedAttention', 'PackedBatch', 'forward_packed', 'attention_lse', 'merge_attention', 'shared_prefixes',
            'block_hashes', 'run_speculative_batch', 'serving_metrics']
 
@@ -208,7 +208,7 @@ def generate_batch(llm:LLM, prompts:list, params=None, **kwargs) -> list[Generat
     return run_batch(llm, reqs)
 
 # %% ../nbs/07_batching.ipynb #07c00031
-_single_generate = getattr(LLM.generate, 'single', LLM.generate)    # chapter 06's method (also after a reload)
+from .loop import GenerateMode, register_mode
 
 def generate_n(llm:LLM, prompts:list, plist:list[SamplingParams]) -> list:
     "Serve `prompts` (some with `n` > 1) on an `Engine` sized for them: each prompt prefilled once, its blocks shared by its samples. One entry per prompt: a `Generation`, or a list of `n`."
@@ -217,40 +217,40 @@ def generate_n(llm:LLM, prompts:list, plist:list[SamplingParams]) -> list:
     eng = Engine(llm, max_batch_size=sum(pp.n for pp in plist), num_blocks=blocks, block_size=16, max_tokens_per_step=None)
     return eng.generate(prompts, plist)
 
-@patch
-def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, *, use_cache:bool=True,
-             draft=None, num_draft_tokens:int|None=None, max_ngram:int=3, **kwargs):
-    """Generate a continuation of `prompt`, or of each prompt of a list (one static batch; a list of `Generation`s in input order).
-    With `n` > 1: `n` samples of each prompt (sample i seeded `seed + i`) served by an `Engine` that prefills the prompt once; a list of
-    `n` `Generation`s for one prompt, a list of such lists for a list of prompts."""
+def _asks_n(params, kw) -> bool:
+    ps = params if isinstance(params, (list, tuple)) else [params]
+    return kw.get('n', 1) != 1 or any(isinstance(p, SamplingParams) and p.n > 1 for p in ps)
+
+def generate_many(llm:LLM, prompt, kw:dict):
+    """This chapter's mode: a list of prompts (one static batch; a list of `Generation`s in input order), or `n` > 1 samples of each
+    prompt (sample i seeded `seed + i`) served by an `Engine` that prefills each prompt once: a list of `n` `Generation`s for one prompt,
+    a list of such lists for a list of prompts. Drafts work in a batch (each row its own drafter), not with `n` > 1."""
+    kw = dict(kw)
+    draft, num_draft_tokens, max_ngram = kw.pop('draft', None), kw.pop('num_draft_tokens', None), kw.pop('max_ngram', 3)
+    use_cache, params = kw.pop('use_cache', True), kw.pop('params', None)
     batch = is_batch(prompt)
     if not batch and isinstance(params, (list, tuple)): raise ValueError("a list of SamplingParams needs a list of prompts (one params per prompt)")
-    if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
-    plist = batch_params(len(prompt) if batch else 1, params, **kwargs)
+    plist = batch_params(len(prompt) if batch else 1, params, **kw)
     if any(pp.n > 1 for pp in plist):
         if draft is not None: raise ValueError("n > 1 samples do not combine with a speculative draft here: drop draft= or ask for n=1")
         if not use_cache: raise ValueError("n > 1 samples share the prompt's KV cache blocks: use_cache must be True")
-        out = generate_n(self, prompt if batch else [prompt], plist)
+        out = generate_n(llm, prompt if batch else [prompt], plist)
         return out if batch else out[0]
-    if not batch:
-        return _single_generate(self, prompt, None, plist[0], use_cache=use_cache, draft=draft,
-                                num_draft_tokens=num_draft_tokens, max_ngram=max_ngram)
     if not use_cache: raise ValueError("batched generation needs the KV cache (use_cache=True)")
-    reqs = [Request(self, encode_prompt(self, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompt, plist))]
+    reqs = [Request(llm, encode_prompt(llm, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompt, plist))]
     if draft is None:
         if num_draft_tokens is not None or max_ngram != 3:
             raise ValueError("num_draft_tokens and max_ngram only apply with a draft: pass draft=\"prompt_lookup\" or draft=<LLM>")
-        return run_batch(self, reqs)
+        return run_batch(llm, reqs)
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, (int, type(None))) or (num_draft_tokens or 1) < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
     if not (isinstance(draft, (str, LLM))):
         raise ValueError("in a batch, draft must be \"prompt_lookup\" or a draft LLM (each row gets its own drafter); "
                          f"a drafter object cannot be shared by several rows, got {type(draft).__name__}")
-    return run_speculative_batch(self, reqs, draft, 5 if num_draft_tokens is None else num_draft_tokens, max_ngram)
+    return run_speculative_batch(llm, reqs, draft, 5 if num_draft_tokens is None else num_draft_tokens, max_ngram)
 
-LLM.generate.single = _single_generate
-LLM.generate.plain = getattr(_single_generate, 'plain', _single_generate)
-
+register_mode(GenerateMode('batch and n', '07', {}, 'a list of prompts, or n > 1', generate=generate_many,
+                           claims=lambda prompt, kw: is_batch(prompt) or _asks_n(kw.get('params'), kw)))
 
 # %% ../nbs/07_batching.ipynb #07c00070
 def batch_logits(llm:LLM, prompts:list, steps:int=1) -> list[torch.Tensor]:

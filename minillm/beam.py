@@ -237,8 +237,10 @@ def beam_search(self:LLM, prompt,                 # text, chat messages or token
                 ignore_eos:bool=False,            # treat EOS as an ordinary token
                 use_cache:bool=True,              # False: recompute every beam at every step (for tests)
                 trace:list|None=None,             # receives one record per step (for plot_beam_tree)
-               ) -> list[Beam]:
+                **unknown) -> list[Beam]:
     "Beam search for the most probable continuations of `prompt`: the `num_return_sequences` best `Beam`s, best first."
+    if unknown: raise ValueError(f"beam_search got unknown argument(s) {sorted(unknown)}; it takes num_beams, max_new_tokens, length_penalty, "
+                                 "early_stopping, num_return_sequences, no_repeat_ngram_size, repetition_penalty, stop, ignore_eos, use_cache, trace")
     check_beam_args(num_beams, max_new_tokens, length_penalty, early_stopping, num_return_sequences,
                     no_repeat_ngram_size, repetition_penalty)
     stop = check_stop(stop)

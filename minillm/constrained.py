@@ -644,7 +644,10 @@ def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|N
     c = _compile_cached(kind, _key(list(choice) if kind == 'choice' else True if kind == 'json_object' else dict(regex=regex, json_schema=json_schema)[kind]), backend)
     return c.bind(tokenizer) if tokenizer is not None else c
 
-_sampling._constraint_factory = lambda kind, value: compile_constraint(**{kind: value})   # regex=, json_schema=, choice= in resolve_params
+from .sampling import register_constraint
+for _kind, _doc in (('regex', 'output matches this regular expression'), ('json_schema', 'output is JSON valid under this schema'),
+                    ('choice', 'output is exactly one of these strings')):
+    register_constraint(_kind, '05a', (lambda kind: lambda value: compile_constraint(**{kind: value}))(_kind), _doc)   # generate(regex=...) etc.
 
 def response_format_constraint(response_format) -> Constraint|None:
     "The constraint OpenAI's `response_format` asks for: None for text, any JSON object for `json_object`, the schema for `json_schema`."

@@ -20,8 +20,9 @@ from .speculative import expected_tokens, expected_speedup, step_cost, precision
 
 # %% auto #0
 __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weights_key', 'MedusaHeads', 'EagleDraft',
-           'TrainedDraft', 'load_draft', 'SelfDrafter', 'untrained_draft', 'draft_cost', 'train_prompts', 'pydoc_text',
-           'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens', 'train_draft', 'draft_accuracy']
+           'TrainedDraft', 'load_draft', 'SelfDrafter', 'run_trained_draft', 'untrained_draft', 'draft_cost',
+           'train_prompts', 'pydoc_text', 'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens',
+           'train_draft', 'draft_accuracy']
 
 # %% ../nbs/06a_draft_training.ipynb #c1feat
 def _check_int(name, v, lo):
@@ -243,38 +244,20 @@ class SelfDrafter:
         self._record(tokens)
 
 # %% ../nbs/06a_draft_training.ipynb #c7gen
-_untrained_generate = getattr(LLM.generate, 'untrained', LLM.generate)   # the methods before this chapter (also after a reload)
-_untrained_stream = getattr(LLM.stream, 'untrained', LLM.stream)
+from .loop import GenerateMode, register_mode, stream_below
 
-@patch
-def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, *, use_cache:bool=True,
-             draft=None, num_draft_tokens:int|None=None, max_ngram:int=3, **kwargs):
-    "Generate as before; `draft` may also be a `TrainedDraft` for this model (the result then carries `draft_rounds`: (drafted, accepted) per target pass)."
-    if not isinstance(draft, TrainedDraft):
-        return _untrained_generate(self, prompt, max_new_tokens, params, use_cache=use_cache, draft=draft,
-                                   num_draft_tokens=num_draft_tokens, max_ngram=max_ngram, **kwargs)
+def run_trained_draft(llm:LLM, prompt, kw:dict):
+    "This chapter's mode: `draft` is a `TrainedDraft`; it becomes a drafter for `llm` and chapter 06's mode runs the call. The result carries `draft_rounds`: (drafted, accepted) per target pass."
     if isinstance(prompt, list) and prompt and not all(isinstance(p, (dict, int)) for p in prompt):
         raise ValueError("a trained draft drafts for one sequence: pass one prompt, not a list of prompts")
-    with draft.drafter(self) as d:
-        out = _untrained_generate(self, prompt, max_new_tokens, params, use_cache=use_cache, draft=d,
-                                  num_draft_tokens=num_draft_tokens, max_ngram=max_ngram, **kwargs)
+    with kw['draft'].drafter(llm) as d:
+        out = yield from stream_below(llm, prompt, {**kw, 'draft': d}, '06a')
     d.finish(out.prompt_ids + out.token_ids)
     out.draft_rounds = d.rounds + [(0, 0)] * (out.target_passes - len(d.rounds))   # passes with nothing drafted (k = 0 at the end)
     return out
 
-@patch
-def stream(self:LLM, prompt, max_new_tokens:int|None=None, params=None, *, use_cache:bool=True,
-           draft=None, num_draft_tokens:int|None=None, max_ngram:int=3, **kwargs):
-    "Stream as before; `draft` may also be a `TrainedDraft` for this model."
-    if not isinstance(draft, TrainedDraft):
-        return (yield from _untrained_stream(self, prompt, max_new_tokens, params, use_cache=use_cache, draft=draft,
-                                             num_draft_tokens=num_draft_tokens, max_ngram=max_ngram, **kwargs))
-    with draft.drafter(self) as d:
-        return (yield from _untrained_stream(self, prompt, max_new_tokens, params, use_cache=use_cache, draft=d,
-                                             num_draft_tokens=num_draft_tokens, max_ngram=max_ngram, **kwargs))
-
-for _m, _prev in ((LLM.generate, _untrained_generate), (LLM.stream, _untrained_stream)):
-    _m.untrained, _m.plain = _prev, getattr(_prev, 'plain', _prev)
+register_mode(GenerateMode('trained draft', '06a', {}, 'draft= is a TrainedDraft', run=run_trained_draft,
+                           claims=lambda prompt, kw: isinstance(kw.get('draft'), TrainedDraft)))
 
 # %% ../nbs/06a_draft_training.ipynb #d1cost
 def untrained_draft(llm:LLM, kind:str, vocab_size:int|None=None, num_heads:int=4) -> TrainedDraft:

@@ -19,9 +19,9 @@ from .kvcache import KVCache   # and its `LLM.new_cache`, which compiled models 
 # %% auto #0
 __all__ = ['CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'step_bytes_flops', 'quantize_int8', 'int_mm', 'Int8Linear',
            'input_absmax', 'smooth_model', 'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1', 'quant_error_table',
-           'draw_quant', 'quant_explorer', 'quantize_model', 'perplexity', 'first_difference', 'static_len',
-           'StaticKVCache', 'static_step', 'CompiledDecoder', 'CompiledLLM', 'read_bandwidth', 'step_profile',
-           'format_bench', 'llama_cpp_runner']
+           'draw_quant', 'quant_explorer', 'quantize_model', 'quantized_load', 'perplexity', 'first_difference',
+           'static_len', 'StaticKVCache', 'static_step', 'CompiledDecoder', 'CompiledLLM', 'read_bandwidth',
+           'step_profile', 'format_bench', 'llama_cpp_runner']
 
 # %% ../nbs/09_fast.ipynb #ff9f5892
 def step_bytes_flops(cfg, rows:int=1, context:int=64, weight_bytes:float=4, kv_bytes:float=4, head_bytes:float|None=None) -> dict:
@@ -272,22 +272,28 @@ def to_format(self:LLM, fmt:str|torch.dtype, name:str|None=None, smooth:float|No
     out = LLM(quantize_model(_base(self.model), fmt, calib_ids=_calib(self, smooth), alpha=smooth or 0.0), self.tokenizer, name or f"{self.name} ({fmt})")
     return out if mode is False else out.compiled(mode)
 
-_plain_load = getattr(LLM.load.__func__, 'plain', LLM.load.__func__)   # chapter 01's (also after a reload of this module)
+import functools
+from .weights import LoadCall, load_weights, register_format, register_load_option
 
-@patch(cls_method=True)
-def load(cls:LLM, path=None, device='cpu', dtype:str|torch.dtype=torch.float32, progress:bool=True, compile:bool|str=False) -> LLM:
-    "Load a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct) in form `dtype`, any torch dtype or one of `FORMATS`; `compile=True` compiles its decode steps."
+def quantized_load(call:LoadCall, fmt:str) -> LLM:
+    "Build `LLM.load(dtype=fmt)`: chapter 01's float32 weights, then every layer quantized in place to `fmt` (int8 calibrated and smoothed, alpha 0.5)."
+    llm = LLM(*load_weights(call.path, call.device, torch.float32, call.progress))
+    quantize_model(llm.model, fmt, inplace=True, calib_ids=_calib(llm, 0.5))
+    llm.name = f"{llm.name} ({fmt})"
+    return llm
+
+_FORMAT_DOCS = {'int8': 'int8 weights and activations (SmoothQuant alpha 0.5) through an integer matrix product',
+                'q8_0': 'weights rounded to GGUF Q8_0 blocks, computed in float32',
+                'q4_0': 'weights rounded to GGUF Q4_0 blocks, computed in float32',
+                'q4_1': 'weights rounded to GGUF Q4_1 blocks, computed in float32'}
+for _fmt, _doc in _FORMAT_DOCS.items(): register_format(_fmt, '09', _doc, functools.partial(quantized_load, fmt=_fmt))
+
+def _apply_compile(llm:LLM, compile, call) -> LLM:
     mode = _compile_mode(compile)
-    fmt = dtype if isinstance(dtype, torch.dtype) else check_format(dtype)
-    if not isinstance(fmt, str) or fmt in ('float32', 'bfloat16'):     # a dtype: chapter 01's load, unchanged
-        llm = _plain_load(cls, path, device, getattr(torch, fmt) if isinstance(fmt, str) else fmt, progress)
-    else:
-        llm = _plain_load(cls, path, device, torch.float32, progress)
-        quantize_model(llm.model, fmt, inplace=True, calib_ids=_calib(llm, 0.5))
-        llm.name = f"{llm.name} ({fmt})"
     return llm if mode is False else llm.compiled(mode)
 
-LLM.load.__func__.plain = _plain_load
+register_load_option('compile', '09', 'True or a torch.compile mode: decode steps compiled on a static-shape cache (`LLM.compiled`)',
+                     default=False, check=_compile_mode, apply=_apply_compile)
 
 # %% ../nbs/09_fast.ipynb #51dbb22b
 def perplexity(llm:LLM, text:str|list[int], max_len:int|None=None) -> float:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from .model import ModelConfig, Transformer
 from .weights import LLM
-import minillm.loop   # its `LLM.new_cache` (no cache) must be defined before we upgrade it below
+import minillm.loop   # chapter 02's loop, which uses `LLM.new_cache` (defined below) whenever it exists
 
 # %% auto #0
 __all__ = ['KVCache', 'kv_cache_bytes', 'copy_bandwidth', 'weight_bytes', 'hf_twin', 'bench']

@@ -12,14 +12,15 @@ from fastcore.basics import patch
 from .model import ModelConfig, Transformer, rope_inv_freq, rotate_half
 from .weights import LLM
 from .kvcache import KVCache
-import minillm.batching   # the `LLM.generate` we extend with `cache=` (chapter 07's, or a later chapter's if imported first)
+import minillm.batching   # `is_batch`, and chapter 07's modes registered
 import minillm.loop
-import minillm.fast       # the `LLM.load` we extend with `rope_scaling=` (chapter 09's formats and compiling)
+import minillm.fast       # chapter 09's formats and compiled steps registered for `LLM.load`
 
 # %% auto #0
-__all__ = ['QUANT_METHODS', 'kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll', 'ppl_by_position',
-           'long_text', 'BoundedCache', 'SinkCache', 'attention_weights', 'H2OCache', 'SnapKVCache', 'quantize',
-           'dequantize', 'QuantizedCache', 'flash_attention', 'flash_decode', 'attention_peak_mib']
+__all__ = ['CACHE_ARGS', 'QUANT_METHODS', 'kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll',
+           'ppl_by_position', 'long_text', 'BoundedCache', 'SinkCache', 'run_with_cache', 'attention_weights',
+           'H2OCache', 'SnapKVCache', 'quantize', 'dequantize', 'QuantizedCache', 'flash_attention', 'flash_decode',
+           'attention_peak_mib']
 
 # %% ../nbs/11_long_context.ipynb #lc-mem-lib
 def kv_bytes_per_token(cfg:ModelConfig, bits:float=16) -> float:
@@ -64,17 +65,6 @@ def memory_calculator(shapes:dict|None=None, weight_bits:int=16):
     return ui
 
 # %% ../nbs/11_long_context.ipynb #lc-rope-lib
-_load_before = LLM.load.__func__
-
-@patch(cls_method=True)
-def load(cls:LLM, path=None, *args, rope_scaling:dict|None=None, **kwargs) -> LLM:
-    "Load as before (every option of the chapters above it); `rope_scaling`, a dict as in transformers' config, overrides the file's."
-    from minillm.model import check_rope_scaling
-    check_rope_scaling(rope_scaling, 1)                                    # a bad dict fails before minutes of loading
-    llm = _load_before(cls, path, *args, **kwargs)
-    if rope_scaling is not None: llm.model.cfg = llm.model.cfg.with_rope_scaling(rope_scaling)
-    return llm
-
 @patch
 def with_rope_scaling(self:LLM, rope_scaling:dict|None) -> LLM:
     "The same weights under another RoPE scaling (None: plain RoPE): a new `LLM` whose model shares every parameter with this one."
@@ -283,6 +273,8 @@ class SinkCache(BoundedCache):
     def _newest_held(self) -> int: return self.held - self.num_sinks
 
 # %% ../nbs/11_long_context.ipynb #lc-gen-lib
+from .loop import GenerateMode, register_mode, stream_below
+
 @contextlib.contextmanager
 def _cache_in_use(llm:LLM, cache):
     "Within the block, `llm.new_cache` hands out `cache` (emptied); a cache with bounded positions lifts the context-window check."
@@ -302,29 +294,18 @@ def _cache_in_use(llm:LLM, cache):
         del llm.new_cache
         llm.model.cfg = cfg
 
-_generate_before = LLM.generate
-_stream_before = LLM.stream
+CACHE_ARGS = {'cache': 'a KV cache object to generate through (KVCache, SinkCache, H2OCache, SnapKVCache, QuantizedCache)'}
 
-@patch
-def generate(self:LLM, prompt, *args, cache=None, **kwargs):
-    "Generate as before; with `cache=` (a `KVCache`, `SinkCache`, `H2OCache`, `SnapKVCache` or `QuantizedCache`) through that cache."
-    if cache is None: return _generate_before(self, prompt, *args, **kwargs)
+def run_with_cache(llm:LLM, prompt, kw:dict):
+    "This chapter's mode: `cache=` given; the call runs in the mode it would have run in without it, through that cache."
+    kw = dict(kw); cache = kw.pop('cache')
     if minillm.batching.is_batch(prompt): raise ValueError("cache= works with one prompt at a time; pass a single prompt")
-    if kwargs.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
-    if isinstance(cache, SinkCache): prompt = minillm.loop.encode_prompt(self, prompt)   # the prompt is read in one pass: it must fit
-    with _cache_in_use(self, cache): return _generate_before(self, prompt, *args, **kwargs)
+    if kw.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
+    if isinstance(cache, SinkCache): prompt = minillm.loop.encode_prompt(llm, prompt)   # the prompt is read in one pass: it must fit
+    with _cache_in_use(llm, cache): return (yield from stream_below(llm, prompt, kw, '11'))
 
-@patch
-def stream(self:LLM, prompt, *args, cache=None, **kwargs):
-    "Stream as before; with `cache=`, through that cache (see `generate`)."
-    if cache is None: return (yield from _stream_before(self, prompt, *args, **kwargs))
-    if kwargs.get('draft') is not None: raise ValueError("cache= cannot be combined with draft= (speculative decoding keeps its own caches)")
-    if isinstance(cache, SinkCache): prompt = minillm.loop.encode_prompt(self, prompt)
-    with _cache_in_use(self, cache): return (yield from _stream_before(self, prompt, *args, **kwargs))
-
-for _k in ('single', 'plain'):
-    if hasattr(_generate_before, _k): setattr(LLM.generate, _k, getattr(_generate_before, _k))
-if hasattr(_stream_before, 'plain'): LLM.stream.plain = _stream_before.plain
+register_mode(GenerateMode('cache', '11', CACHE_ARGS, 'cache= is given', claims=lambda prompt, kw: 'cache' in kw,
+                           run=run_with_cache, unset={'cache': None}))
 
 # %% ../nbs/11_long_context.ipynb #lc-evict-lib
 def attention_weights(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None):

@@ -12,21 +12,19 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from .model import Transformer
 from .weights import LLM, Tokenizer
+from .measure import machine_info   # chapter 01a: the line every benchmark cell prints
 
 # %% auto #0
-__all__ = ['CPU_FEATURES', 'greedy', 'encode_prompt', 'Step', 'Timer', 'prefill', 'decode_step', 'generate_steps',
-           'TextAssembler', 'Generation', 'check_stop', 'hold_back_stop_ids', 'run_generation', 'cpu_features',
-           'machine_info']
+__all__ = ['GENERATE_MODES', 'GENERATE_ARGS', 'UNSET_ARGS', 'LOOP_ARGS', 'greedy', 'encode_prompt', 'Step', 'Timer', 'prefill',
+           'decode_step', 'generate_steps', 'TextAssembler', 'Generation', 'check_stop', 'hold_back_stop_ids',
+           'run_generation', 'GenerateMode', 'register_args', 'register_mode', 'pick_mode', 'generate_below',
+           'stream_below', 'generate_modes', 'run_greedy']
 
 # %% ../nbs/02_loop.ipynb #814f0e3d
 def greedy(logits:torch.Tensor, tokens:torch.Tensor|None=None) -> torch.Tensor:
     "The most likely token of each row: logits (B, V) -> ids (B,)."
     return logits.argmax(-1)
 
-@patch
-def new_cache(self:LLM, batch_size:int, max_len:int):
-    "A KV cache for `batch_size` rows of up to `max_len` positions (none until chapter 04 supplies one)."
-    return None
 
 # %% ../nbs/02_loop.ipynb #982b1c83
 def encode_prompt(llm:LLM, prompt, max_new_tokens:int=0) -> list[int]:
@@ -85,7 +83,8 @@ def generate_steps(llm:LLM, prompt_ids:list[int], *, max_new_tokens:int, pick:Ca
     stop_ids = llm.tokenizer.stop_token_ids if stop_ids is None else frozenset(stop_ids)
     tokens = torch.tensor([prompt_ids], device=llm.device)                     # (1, T)
     if max_new_tokens == 0: return
-    cache = llm.new_cache(1, len(prompt_ids) + max_new_tokens) if use_cache else None
+    new_cache = getattr(llm, 'new_cache', None)                              # chapter 04 gives LLM its KV cache
+    cache = new_cache(1, len(prompt_ids) + max_new_tokens) if use_cache and new_cache else None
     with torch.inference_mode():
         timer.start = time.perf_counter()
         logits = prefill(model, tokens, cache)                                   # (1, V)
@@ -224,48 +223,111 @@ def run_generation(llm:LLM, prompt, *, max_new_tokens:int=128, pick:Callable=gre
     return Generation(asm.text, out, lps, reason, ids, timer.prefill, timer.decode, tops if top_logprobs else None,
                       target_passes=len(out))
 
-@patch
-def generate(self:LLM, prompt, max_new_tokens:int=128, temperature:float=0.0, stop=None, ignore_eos:bool=False,
-             use_cache:bool=True, top_logprobs:int=0) -> Generation:
-    "Generate a continuation of `prompt` (text, chat messages or token ids); greedy in this chapter."
-    if temperature != 0: raise ValueError("temperature > 0 needs the sampling chapter: `import minillm.sampling` (or minillm.all)")
-    gen = run_generation(self, prompt, max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos,
-                         use_cache=use_cache, top_logprobs=top_logprobs)
+
+# %% ../nbs/02_loop.ipynb #b2door01
+@dataclass
+class GenerateMode:
+    "One way `LLM.generate` runs a call: the chapter that adds it, the keyword arguments it adds, and which calls it takes."
+    name: str                          # e.g. 'greedy', 'sampling', 'speculative'
+    chapter: str                       # the chapter that adds it ('02', '05a', ...): of the modes that claim a call, the latest chapter's runs it
+    args: dict                         # {keyword: meaning}: the arguments this mode adds to `generate` and `stream`
+    when: str                          # in words, the calls this mode takes (printed by `generate_modes`)
+    claims: Callable                   # claims(prompt, kw) -> bool: does this mode take the call? (`kw`: the keywords given)
+    run: Callable|None = None          # run(llm, prompt, kw) -> iterator of text pieces that returns a `Generation` (can stream)
+    generate: Callable|None = None     # generate(llm, prompt, kw) -> result, for modes that return several (batches, n samples)
+    unset: dict = field(default_factory=dict)   # {keyword: value that means "not asked for"}: dropped before any mode looks
+
+GENERATE_MODES: dict[str, GenerateMode] = {}
+GENERATE_ARGS: dict[str, tuple[str, str]] = {}    # keyword -> (chapter, meaning), for the unknown-argument check and the table
+UNSET_ARGS: dict[str, object] = {}                # keyword -> the value that means "not asked for"
+
+def register_args(chapter:str, args:dict, unset:dict|None=None):
+    "Let `generate` and `stream` accept the keywords `args` ({keyword: meaning}); `unset` gives values that mean 'not asked for'."
+    for k, meaning in args.items(): GENERATE_ARGS[k] = (chapter, meaning)
+    UNSET_ARGS.update(unset or {})
+
+def register_mode(mode:GenerateMode) -> GenerateMode:
+    "Add `mode` to the table `LLM.generate` dispatches on (a mode registered again under its name replaces itself)."
+    GENERATE_MODES[mode.name] = mode
+    register_args(mode.chapter, mode.args, mode.unset)
+    return mode
+
+def pick_mode(prompt, kw:dict, below:str|None=None) -> GenerateMode:
+    "The mode that runs `generate(prompt, **kw)`: of the modes (of chapters before `below`) that claim the call, the latest chapter's."
+    for m in sorted(GENERATE_MODES.values(), key=lambda m: m.chapter, reverse=True):
+        if (below is None or m.chapter < below) and m.claims(prompt, kw): return m
+    raise ValueError(f"no generation mode takes this call (arguments {sorted(kw)})")
+
+def _is_unset(k:str, v) -> bool:
+    u = UNSET_ARGS[k]
+    return v is None if u is None else (type(v) is type(u) and v == u)
+
+def _call_kwargs(max_new_tokens, params, kwargs) -> dict:
+    "The keywords of one call, checked against every loaded chapter's, without those left at their 'not asked for' value."
+    kw = {'max_new_tokens': max_new_tokens, **({} if params is None else {'params': params}), **kwargs}
+    if (bad := sorted(set(kw) - set(GENERATE_ARGS))):
+        raise ValueError(f"unknown argument(s) {bad}; the loaded chapters take: {', '.join(GENERATE_ARGS)} "
+                         f"(later chapters add more: import minillm.all; `generate_modes()` lists who takes what)")
+    return {k: v for k, v in kw.items() if not (k in UNSET_ARGS and _is_unset(k, v))}
+
+def _drain(gen):
+    "Run a generator of text pieces to its end and return what it returns."
     while True:
         try: next(gen)
         except StopIteration as e: return e.value
 
+def generate_below(llm:LLM, prompt, kw:dict, chapter:str):
+    "Hand a call on to the modes of chapters before `chapter` (a mode that only prepares a call, such as a cache, uses it)."
+    m = pick_mode(prompt, kw, below=chapter)
+    return m.generate(llm, prompt, kw) if m.generate is not None else _drain(m.run(llm, prompt, kw))
+
+def stream_below(llm:LLM, prompt, kw:dict, chapter:str):
+    "As `generate_below`, streaming: yields text pieces and returns the `Generation`."
+    m = pick_mode(prompt, kw, below=chapter)
+    if m.run is None: raise ValueError(f"stream yields one sequence; {m.when}, which returns several: use generate")
+    return (yield from m.run(llm, prompt, kw))
+
 @patch
-def stream(self:LLM, prompt, max_new_tokens:int=128, temperature:float=0.0, stop=None, ignore_eos:bool=False,
-           use_cache:bool=True) -> Iterator[str]:
-    "Yield the text of the continuation piece by piece as it is decoded (greedy in this chapter)."
-    if temperature != 0: raise ValueError("temperature > 0 needs the sampling chapter: `import minillm.sampling` (or minillm.all)")
-    return (yield from run_generation(self, prompt, max_new_tokens=max_new_tokens, stop=stop, ignore_eos=ignore_eos, use_cache=use_cache))
+def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, **kwargs):
+    """Generate a continuation of `prompt` (text, chat messages or token ids). Defined once, here: the keywords are those of the modes
+    the loaded chapters registered, and the call runs in the mode of the latest chapter that claims it; `generate_modes()` prints them.
+    This chapter: greedy with `max_new_tokens` (default 128), `stop`, `ignore_eos`, `use_cache`, `top_logprobs`. Chapter 03: sampling
+    (`temperature`, `top_p`, ... or `params=SamplingParams(...)`); 05a/05b: `regex`, `json_schema`, `choice`, `grammar`; 06/06a: `draft`;
+    07: a list of prompts and `n`; 11: `cache`. Returns a `Generation` (a list for a batch or for `n` > 1)."""
+    kw = _call_kwargs(max_new_tokens, params, kwargs)
+    m = pick_mode(prompt, kw)
+    return m.generate(self, prompt, kw) if m.generate is not None else _drain(m.run(self, prompt, kw))
 
-# %% ../nbs/02_loop.ipynb #b2mach01
-CPU_FEATURES = {'AVX2': ('avx2',), 'AVX-512': ('avx512f',), 'AVX512-BF16': ('avx512_bf16',),
-                'VNNI': ('avx512_vnni', 'avx_vnni'), 'AMX': ('amx_tile',)}
+@patch
+def stream(self:LLM, prompt, max_new_tokens:int|None=None, params=None, **kwargs) -> Iterator[str]:
+    "Yield the continuation's text piece by piece as it is decoded, and return the `Generation`; the same arguments and modes as `generate`."
+    kw = _call_kwargs(max_new_tokens, params, kwargs)
+    m = pick_mode(prompt, kw)
+    if m.run is None: raise ValueError(f"stream yields one sequence; {m.when}, which returns several: use generate")
+    return (yield from m.run(self, prompt, kw))
 
-def cpu_features(flags:str|list[str]) -> dict[str, bool]:
-    "Which of the vector features in `CPU_FEATURES` a CPU has, from its flags (the `flags` line of `/proc/cpuinfo`, or a list)."
-    have = set(flags.replace('flags', ' ').replace(':', ' ').split() if isinstance(flags, str) else flags)
-    return {name: any(f in have for f in names) for name, names in CPU_FEATURES.items()}
+def generate_modes(file=None):
+    "Print the table `LLM.generate` dispatches on: each mode (and each output-format keyword) with its chapter, the calls it takes and its keywords."
+    import sys
+    rows = [(m.chapter, m.name, m.when, ', '.join(m.args) or '-') for m in GENERATE_MODES.values()]
+    fmts = {}
+    for k, (ch, _) in GENERATE_ARGS.items():
+        if not any(k in m.args for m in GENERATE_MODES.values()): fmts.setdefault(ch, []).append(k)
+    rows += [(ch, 'output format', 'its keyword is given (runs as sampling)', ', '.join(ks)) for ch, ks in fmts.items()]
+    print(f"{'chapter':8}{'mode':15}{'takes a call when':42}keywords it adds", file=file or sys.stdout)
+    for ch, name, when, ks in sorted(rows): print(f"{ch:8}{name:15}{when:42}{ks}", file=file or sys.stdout)
 
-def machine_info() -> str:
-    "One line naming this machine's CPU, its cores, torch's threads and which of AVX2, AVX-512, AVX512-BF16, VNNI and AMX it has."
-    import os, platform
-    name, flags = '', None
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name') and not name: name = line.split(':', 1)[1].strip()
-                if line.startswith('flags') and flags is None: flags = line.split(':', 1)[1]
-    except OSError: pass
-    name = name or platform.processor() or 'unknown CPU'
-    if flags is None: feats = 'CPU flags unknown'
-    else:
-        f = cpu_features(flags)
-        feats = ', '.join(k for k, v in f.items() if v) or 'none of ' + '/'.join(f)
-        if missing := [k for k, v in f.items() if not v]: feats += '; no ' + ', '.join(missing)
-    return (f"{name}: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {feats} "
-            f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()})")
+
+# %% ../nbs/02_loop.ipynb #b2door03
+LOOP_ARGS = {'max_new_tokens': 'most tokens to generate (default 128)', 'temperature': '0: greedy (the only value this chapter knows)',
+             'stop': 'stop string(s), not included in the text', 'ignore_eos': 'keep going after the end-of-sequence token',
+             'use_cache': 'False: recompute every step (chapter 04 supplies the cache)', 'top_logprobs': 'top alternatives to report per token'}
+
+def run_greedy(llm:LLM, prompt, kw:dict) -> Iterator[str]:
+    "This chapter's mode: greedy decoding of one prompt with the loop's own arguments."
+    kw = dict(kw)
+    if kw.pop('temperature', 0) != 0: raise ValueError("temperature > 0 samples: chapter 03 adds sampling (import minillm.sampling or minillm.all)")
+    return (yield from run_generation(llm, prompt, max_new_tokens=kw.pop('max_new_tokens', 128), **kw))
+
+register_mode(GenerateMode('greedy', '02', LOOP_ARGS, 'always (the loop of chapter 02)', lambda prompt, kw: True, run=run_greedy,
+                           unset={'max_new_tokens': None}))

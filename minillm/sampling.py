@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['CONSTRAINT_ARGS', 'temperature_scale', 'top_k_filter', 'top_p_filter', 'min_p_filter', 'typical_filter',
-           'repetition_penalty', 'frequency_presence_penalty', 'no_repeat_ngram_filter', 'logit_bias',
+__all__ = ['CONSTRAINT_KINDS', 'SAMPLING_ARGS', 'temperature_scale', 'top_k_filter', 'top_p_filter', 'min_p_filter',
+           'typical_filter', 'repetition_penalty', 'frequency_presence_penalty', 'no_repeat_ngram_filter', 'logit_bias',
            'bad_words_filter', 'min_new_tokens_filter', 'SamplingParams', 'process_logits', 'sample',
            'next_token_logits', 'frame_png', 'control_style', 'FrameView', 'plot_candidates', 'sampling_explorer',
-           'make_picker', 'resolve_params', 'sample_params']
+           'make_picker', 'register_constraint', 'resolve_params', 'sample_params', 'run_sampling']
 
 # %% ../nbs/03_sampling.ipynb #c3check1
 def _is_num(x): return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
@@ -484,7 +484,8 @@ def sampling_explorer(llm, prompt:str="Once upon a time, there was a", seed:int=
 # %% ../nbs/03_sampling.ipynb #0454b3a0
 from fastcore.basics import patch
 from .weights import LLM
-from .loop import run_generation, Generation
+from typing import Callable
+from .loop import run_generation, Generation, GenerateMode, register_mode, register_args, LOOP_ARGS
 
 def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
     "A `pick(logits, tokens)` function for `minillm.loop` that samples with `params` and its own seeded generator."
@@ -502,17 +503,22 @@ def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
     return pick
 
 _FIELDS = [f.name for f in fields(SamplingParams)]
-CONSTRAINT_ARGS = ('regex', 'json_schema', 'choice')  # keyword shortcuts for `constraint`
-_constraint_factory = None   # chapter 05a sets it: _constraint_factory(kind, value) -> constraint object
+CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): chapter 05a adds regex, json_schema, choice
+
+def register_constraint(kind:str, chapter:str, factory:Callable, doc:str='') -> None:
+    "Make `kind=value` a keyword of `generate`, `SamplingParams`-style calls and the Engine: it becomes `constraint=factory(value)`."
+    CONSTRAINT_KINDS[kind] = (chapter, factory)
+    register_args(chapter, {kind: doc or f'output format: {kind}'}, unset={kind: None})
 
 def resolve_params(params:SamplingParams|None=None, **kwargs) -> SamplingParams:
     "A `SamplingParams` from `params` and/or keyword overrides; greedy with 128 new tokens when nothing is given."
     if 'top_logprobs' in kwargs: kwargs['logprobs'] = kwargs.pop('top_logprobs')  # chapter 02's name
-    if (given := [k for k in CONSTRAINT_ARGS if kwargs.get(k) is not None]) or any(k in kwargs for k in CONSTRAINT_ARGS):
-        if len(given) + (kwargs.get('constraint') is not None) > 1: raise ValueError(f"give at most one of regex, json_schema, choice and constraint; got {given + ['constraint'] * (kwargs.get('constraint') is not None)}")
-        if given and _constraint_factory is None: raise ValueError(f"{given[0]}= needs the constrained-decoding chapter: import minillm.constrained (or minillm.all)")
-        values = {k: kwargs.pop(k) for k in CONSTRAINT_ARGS if k in kwargs}
-        if given: kwargs['constraint'] = _constraint_factory(given[0], values[given[0]])
+    kinds = [k for k in CONSTRAINT_KINDS if k in kwargs]
+    given = [k for k in kinds if kwargs[k] is not None]
+    if len(given) + (kwargs.get('constraint') is not None) > 1:
+        raise ValueError(f"give at most one of {', '.join(CONSTRAINT_KINDS)} and constraint; got {given + ['constraint'] * (kwargs.get('constraint') is not None)}")
+    values = {k: kwargs.pop(k) for k in kinds}
+    if given: kwargs['constraint'] = CONSTRAINT_KINDS[given[0]][1](values[given[0]])
     if (bad := sorted(set(kwargs) - set(_FIELDS))): raise ValueError(f"unknown sampling argument(s) {bad}; allowed: {', '.join(_FIELDS)}")
     if params is None:  # greedy unless a sampling knob is given without a temperature: then temperature 1, as in OpenAI's API
         sampling = any(k in kwargs for k in ('top_k', 'top_p', 'min_p', 'typical_p', 'seed'))
@@ -524,26 +530,18 @@ def sample_params(params:SamplingParams) -> list[SamplingParams]:
     "The `params.n` single-sample settings that `n` stands for: sample i gets seed `seed + i` (each its own fresh seed when `seed` is None)."
     return [replace(params, n=1, seed=None if params.seed is None else params.seed + i) for i in range(params.n)]
 
-@patch
-def generate(self:LLM, prompt, max_new_tokens:int|None=None, params:SamplingParams|None=None, *, use_cache:bool=True, **kwargs) -> Generation:
-    "Generate a continuation of `prompt`; sampling settings as `SamplingParams` fields (keywords) or `params`. With `n` > 1, a list of `n` `Generation`s."
-    if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
-    p = resolve_params(params, **kwargs)
-    if p.n > 1: return [self.generate(prompt, params=q, use_cache=use_cache) for q in sample_params(p)]
-    eos = () if p.ignore_eos else self.tokenizer.stop_token_ids
-    gen = run_generation(self, prompt, max_new_tokens=p.max_new_tokens, pick=make_picker(p, self.device, eos), stop=p.stop,
-                         ignore_eos=p.ignore_eos, use_cache=use_cache, top_logprobs=p.logprobs, min_new_tokens=p.min_new_tokens)
-    while True:
-        try: next(gen)
-        except StopIteration as e: return e.value
+def run_sampling(llm:LLM, prompt, kw:dict):
+    "This chapter's mode: one prompt, one sample, with every `SamplingParams` setting (as keywords or `params`)."
+    kw = dict(kw); use_cache = kw.pop('use_cache', True)
+    p = resolve_params(**kw)
+    if p.n > 1: raise ValueError(f"n={p.n} samples of one prompt are served by chapter 07's engine (import minillm.batching or minillm.all); "
+                                 "with this chapter alone: [llm.generate(prompt, params=q) for q in sample_params(params)]")
+    eos = () if p.ignore_eos else llm.tokenizer.stop_token_ids
+    return (yield from run_generation(llm, prompt, max_new_tokens=p.max_new_tokens, pick=make_picker(p, llm.device, eos), stop=p.stop,
+                                      ignore_eos=p.ignore_eos, use_cache=use_cache, top_logprobs=p.logprobs, min_new_tokens=p.min_new_tokens))
 
-@patch
-def stream(self:LLM, prompt, max_new_tokens:int|None=None, params:SamplingParams|None=None, *, use_cache:bool=True, **kwargs):
-    "Yield the continuation's text piece by piece (returns the `Generation`); same arguments as `generate`."
-    if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
-    p = resolve_params(params, **kwargs)
-    if p.n > 1: raise ValueError(f"stream returns one sample; got n={p.n} (use generate for several samples)")
-    eos = () if p.ignore_eos else self.tokenizer.stop_token_ids
-    return (yield from run_generation(self, prompt, max_new_tokens=p.max_new_tokens, pick=make_picker(p, self.device, eos), stop=p.stop,
-                                      ignore_eos=p.ignore_eos, use_cache=use_cache, top_logprobs=p.logprobs,
-                                      min_new_tokens=p.min_new_tokens))
+SAMPLING_ARGS = {'params': 'a SamplingParams (keywords override its fields)',
+                 **{f: f'SamplingParams.{f}' for f in _FIELDS if f not in LOOP_ARGS}, 'logprobs': 'top alternatives per token (= top_logprobs)'}
+register_mode(GenerateMode('sampling', '03', SAMPLING_ARGS, 'temperature > 0 or any sampling setting',
+                           claims=lambda prompt, kw: kw.get('temperature', 0) != 0 or any(k not in LOOP_ARGS for k in kw),
+                           run=run_sampling, unset={'params': None}))

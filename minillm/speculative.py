@@ -16,13 +16,14 @@ from .weights import LLM
 from .loop import Step, Timer, Generation, encode_prompt, run_generation
 from .sampling import SamplingParams, process_logits, resolve_params, FrameView, control_style
 from .kvcache import KVCache
-import minillm.beam   # its `LLM.beam_search` must exist before we guard it below
+from .measure import step_cost   # the timer of a cached pass (chapter 01a), which this chapter first puts to work
+import minillm.beam   # chapter 05's `LLM.beam_search`, for the comparisons below
 
 # %% auto #0
-__all__ = ['accept_draft', 'accept_greedy', 'expected_tokens', 'expected_speedup', 'speedup_explorer', 'precision_copy',
-           'step_cost', 'prompt_lookup', 'layer_skip_draft', 'early_exit_draft', 'draft_agreement', 'PromptLookupDraft',
-           'ModelDraft', 'make_draft', 'process_rows', 'draft_picker', 'verify_round', 'speculative_steps',
-           'run_speculative', 'spec_bench']
+__all__ = ['SPEC_ARGS', 'accept_draft', 'accept_greedy', 'expected_tokens', 'expected_speedup', 'speedup_explorer',
+           'precision_copy', 'prompt_lookup', 'layer_skip_draft', 'early_exit_draft', 'draft_agreement',
+           'PromptLookupDraft', 'ModelDraft', 'make_draft', 'process_rows', 'draft_picker', 'verify_round',
+           'speculative_steps', 'run_speculative', 'run_spec', 'spec_bench']
 
 # %% ../nbs/06_speculative.ipynb #558af6ab
 def _check_accept_args(p, q, draft):
@@ -112,31 +113,6 @@ def precision_copy(llm:LLM, dtype:torch.dtype=torch.bfloat16, name:str|None=None
     "A copy of `llm` with its weights cast to `dtype` (a lower-precision draft, or a bfloat16 target); logits stay float32."
     m = copy.deepcopy(llm.model).to(dtype)
     return LLM(m, llm.tokenizer, name or f"{llm.name} ({str(dtype).replace('torch.', '')})")
-
-def _sync(device):
-    "Wait for the GPU's queued work (a no-op on the CPU), so that a timer measures the work and not its launch."
-    if torch.device(device).type == 'cuda': torch.cuda.synchronize()
-
-def step_cost(llm:LLM, rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7, batched:bool=False) -> dict[int, float]:
-    "Median seconds of one cached forward pass for each n in `rows` after a `context`-token prefix: n new tokens of one sequence (verifying a draft), or with `batched`, one new token in each of n sequences (a batched or beam decoding step)."
-    if not rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows): raise ValueError(f"step_cost: rows must be integers >= 1, got {rows!r}")
-    if context < 1 or reps < 1: raise ValueError(f"step_cost: context and reps must be >= 1, got {context}, {reps}")
-    model, dev, g = llm.model, llm.device, torch.Generator().manual_seed(0)
-    runs = {}
-    with torch.inference_mode():
-        for n in rows:                                                 # a cache per size, prefilled once
-            B, T = (n, 1) if batched else (1, n)
-            ids = torch.randint(0, llm.config.vocab_size, (B, context + T), generator=g).to(dev)
-            cache = llm.new_cache(B, context + T)
-            model(ids[:, :context], cache=cache)
-            runs[n] = cache, ids[:, context:].contiguous()             # (B, T): the new tokens of the timed pass
-        times = {n: [] for n in rows}
-        for r in range(reps + 1):
-            for n, (cache, x) in runs.items():                         # sizes interleaved: a change of load hits all alike
-                cache.set_lengths(context)
-                _sync(dev); t0 = time.perf_counter(); model(x, cache=cache); _sync(dev)
-                if r: times[n].append(time.perf_counter() - t0)           # the first round warms up
-    return {n: sorted(v)[len(v) // 2] for n, v in times.items()}
 
 
 # %% ../nbs/06_speculative.ipynb #d26d9f88
@@ -341,7 +317,6 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
 
 # %% ../nbs/06_speculative.ipynb #63feba37
 def _check_spec_args(llm, draft, num_draft_tokens, use_cache, kwargs):
-    if 'num_beams' in kwargs: raise ValueError("speculative decoding does not combine with beam search: drop draft= or use llm.beam_search")
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
     if not use_cache: raise ValueError("speculative decoding needs the KV cache (use_cache=True): rejected drafts are rolled back in it")
@@ -365,52 +340,22 @@ def run_speculative(llm:LLM, prompt, draft, num_draft_tokens:int=5, params:Sampl
     return out
 
 # %% ../nbs/06_speculative.ipynb #5c378e04
-_plain_generate = getattr(LLM.generate, 'plain', LLM.generate)      # chapter 03's methods (also after a reload)
-_plain_stream = getattr(LLM.stream, 'plain', LLM.stream)
+from .loop import GenerateMode, register_mode
 
-def _spec_run(llm, prompt, max_new_tokens, params, use_cache, draft, num_draft_tokens, max_ngram, kwargs):
-    _check_spec_args(llm, draft, 5 if num_draft_tokens is None else num_draft_tokens, use_cache, kwargs)
-    if max_new_tokens is not None: kwargs['max_new_tokens'] = max_new_tokens
-    return run_speculative(llm, prompt, draft, 5 if num_draft_tokens is None else num_draft_tokens, resolve_params(params, **kwargs), max_ngram)
+SPEC_ARGS = {'draft': '"prompt_lookup", a draft LLM or a drafter: speculative decoding, exactly',
+             'num_draft_tokens': 'tokens the draft proposes per round (default 5)', 'max_ngram': 'longest n-gram prompt lookup matches (default 3)'}
 
-def _no_draft_args(num_draft_tokens, max_ngram):
-    if num_draft_tokens is not None or max_ngram != 3:
-        raise ValueError("num_draft_tokens and max_ngram only apply with a draft: pass draft=\"prompt_lookup\" or draft=<LLM>")
+def run_spec(llm:LLM, prompt, kw:dict):
+    "This chapter's mode: speculative decoding of one prompt, greedy or sampled, with any `SamplingParams` setting."
+    kw = dict(kw)
+    draft, k, max_ngram, use_cache = kw.pop('draft', None), kw.pop('num_draft_tokens', None), kw.pop('max_ngram', 3), kw.pop('use_cache', True)
+    if draft is None: raise ValueError("num_draft_tokens and max_ngram only apply with a draft: pass draft=\"prompt_lookup\" or draft=<LLM>")
+    k = 5 if k is None else k
+    _check_spec_args(llm, draft, k, use_cache, kw)
+    return (yield from run_speculative(llm, prompt, draft, k, resolve_params(**kw), max_ngram))
 
-@patch
-def generate(self:LLM, prompt, max_new_tokens:int|None=None, params:SamplingParams|None=None, *, use_cache:bool=True,
-             draft=None, num_draft_tokens:int|None=None, max_ngram:int=3, **kwargs) -> Generation:
-    "Generate a continuation of `prompt`; with `draft` (\"prompt_lookup\" or a draft `LLM`), by speculative decoding, exactly."
-    if draft is None:
-        _no_draft_args(num_draft_tokens, max_ngram)
-        return _plain_generate(self, prompt, max_new_tokens, params, use_cache=use_cache, **kwargs)
-    gen = _spec_run(self, prompt, max_new_tokens, params, use_cache, draft, num_draft_tokens, max_ngram, kwargs)
-    while True:
-        try: next(gen)
-        except StopIteration as e: return e.value
-
-@patch
-def stream(self:LLM, prompt, max_new_tokens:int|None=None, params:SamplingParams|None=None, *, use_cache:bool=True,
-           draft=None, num_draft_tokens:int|None=None, max_ngram:int=3, **kwargs):
-    "Yield the continuation's text piece by piece (returns the `Generation`); same arguments as `generate`."
-    if draft is None:
-        _no_draft_args(num_draft_tokens, max_ngram)
-        return (yield from _plain_stream(self, prompt, max_new_tokens, params, use_cache=use_cache, **kwargs))
-    return (yield from _spec_run(self, prompt, max_new_tokens, params, use_cache, draft, num_draft_tokens, max_ngram, kwargs))
-
-LLM.generate.plain, LLM.stream.plain = _plain_generate, _plain_stream
-
-_plain_beam_search = getattr(LLM.beam_search, 'plain', LLM.beam_search)
-
-@patch
-def beam_search(self:LLM, prompt, *args, draft=None, num_draft_tokens=None, **kwargs):
-    "Chapter 05's `beam_search` (same arguments), which refuses a speculative draft with a clear error."
-    if draft is not None or num_draft_tokens is not None:
-        raise ValueError("beam search does not take a draft: speculative decoding verifies one sequence, beams are many; "
-                         "use llm.generate(..., draft=...) for speculative greedy or sampling")
-    return _plain_beam_search(self, prompt, *args, **kwargs)
-
-LLM.beam_search.plain = _plain_beam_search
+register_mode(GenerateMode('speculative', '06', SPEC_ARGS, 'draft= is given', claims=lambda prompt, kw: any(k in kw for k in SPEC_ARGS),
+                           run=run_spec, unset={'draft': None, 'num_draft_tokens': None, 'max_ngram': 3}))
 
 # %% ../nbs/06_speculative.ipynb #51a2e909
 def _hf_generate(twin, ids, max_new_tokens, **kw):

@@ -14,7 +14,7 @@ from .loop import Generation, encode_prompt, machine_info
 from .sampling import SamplingParams, sample_params, FrameView, control_style
 from .kvcache import KVCache
 from .batching import batch_logits, Engine
-import minillm.beam, minillm.batching   # beam search and the batched `LLM.generate` must exist
+import minillm.beam, minillm.batching   # beam search, and chapter 07's mode for batches and `n` samples
 
 # %% auto #0
 __all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'NS', 'STRATEGIES', 'Problem', 'make_problems',

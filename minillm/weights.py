@@ -15,10 +15,11 @@ from tqdm.auto import tqdm
 from .model import ModelConfig, Transformer
 
 # %% auto #0
-__all__ = ['SUPPORTED_ARCHS', 'DEFAULT_PACKAGE', 'DEFAULT_VERSION', 'DEFAULT_GGUF', 'ModelLoadError', 'unpermute_rope',
-           'permute_rope', 'gguf_name', 'gguf_state_dict', 'gguf_tokenizer', 'Tokenizer', 'hf_config', 'hf_config_dict',
-           'hf_state_dict', 'hf_tokenizer', 'build_model', 'LLM', 'cache_dir', 'default_gguf', 'gguf_to_folder',
-           'default_model']
+__all__ = ['SUPPORTED_ARCHS', 'MODEL_FORMATS', 'LOAD_OPTIONS', 'DEFAULT_PACKAGE', 'DEFAULT_VERSION', 'DEFAULT_GGUF',
+           'ModelLoadError', 'unpermute_rope', 'permute_rope', 'gguf_name', 'gguf_state_dict', 'gguf_tokenizer',
+           'Tokenizer', 'hf_config', 'hf_config_dict', 'hf_state_dict', 'hf_tokenizer', 'build_model', 'load_weights',
+           'LoadCall', 'ModelFormat', 'LoadOption', 'register_format', 'register_load_option', 'load_options', 'LLM',
+           'cache_dir', 'default_gguf', 'gguf_to_folder', 'default_model']
 
 # %% ../nbs/01_weights.ipynb #521b6040
 class ModelLoadError(ValueError):
@@ -289,6 +290,91 @@ def build_model(cfg:ModelConfig, sd:dict, device='cpu', dtype=torch.float32, pat
     model.load_state_dict({k: v.to(device=device, dtype=dtype) for k, v in sd.items()}, assign=True)
     return model.eval().requires_grad_(False)
 
+def load_weights(path:str|Path|None=None, device:str|torch.device='cpu', dtype:torch.dtype=torch.float32,
+                 progress:bool=True) -> tuple[Transformer, Tokenizer, str]:
+    "The model, tokenizer and name stored in a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct)."
+    name = 'SmolLM2-135M-Instruct' if path is None else None
+    if path is None: path = default_model(progress=progress)
+    path = Path(path).expanduser()
+    if path.is_dir():
+        if not (path / 'config.json').exists(): raise ModelLoadError(f"{path}: not a model folder (no config.json)")
+        try: raw = json.loads((path / 'config.json').read_text())
+        except json.JSONDecodeError as e: raise ModelLoadError(f"{path / 'config.json'} is not valid JSON: {e}") from e
+        cfg = hf_config(raw, path)
+        model = build_model(cfg, hf_state_dict(path), device, dtype, path)
+        tok = hf_tokenizer(path)
+    else:
+        if path.suffix != '.gguf' and path.exists() and not path.is_dir():
+            with open(path, 'rb') as f:
+                if f.read(4) != b'GGUF': raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder")
+        reader = _read_gguf(path)
+        cfg = _gguf_config(reader, path)
+        tk_, settings = gguf_tokenizer(reader, path)
+        model = build_model(cfg, gguf_state_dict(reader, cfg, progress), device, dtype, path)
+        tok = Tokenizer(tk_, **settings)
+    return model, tok, name or (path.stem if path.is_file() else path.name)
+
+# %% ../nbs/01_weights.ipynb #r1reg01
+from dataclasses import dataclass, field
+from typing import Callable
+from .model import check_rope_scaling
+
+@dataclass
+class LoadCall:
+    "What one `LLM.load` call asked for: handed to the format that builds the model and to every option."
+    path: str|Path|None              # the file or folder as given (None: the embedded default)
+    device: str|torch.device
+    dtype: object                    # a torch dtype or the name of a registered format
+    progress: bool
+    options: dict = field(default_factory=dict)   # every option's value, defaults filled in
+
+@dataclass
+class ModelFormat:
+    "A form of the weights other than a plain torch dtype (`LLM.load(dtype=name)`), added by a later chapter."
+    name: str                        # e.g. 'int8', 'q4_1'
+    chapter: str                     # the chapter that adds it
+    doc: str                         # one line: what the form keeps and how it runs
+    build: Callable                  # build(call: LoadCall) -> LLM
+
+@dataclass
+class LoadOption:
+    "A keyword of `LLM.load` beyond path, device, dtype and progress, added by a chapter."
+    name: str                        # e.g. 'compile'
+    chapter: str                     # the chapter that adds it; options apply in chapter order
+    doc: str                         # one line for `load_options()`
+    default: object = None           # the value that means "not asked for": `apply` is skipped
+    check: Callable|None = None      # check(value) raises ValueError before anything is loaded
+    apply: Callable|None = None      # apply(llm, value, call: LoadCall) -> LLM, after the weights are loaded
+
+MODEL_FORMATS: dict[str, ModelFormat] = {}
+LOAD_OPTIONS: dict[str, LoadOption] = {}
+
+def register_format(name:str, chapter:str, doc:str, build:Callable) -> ModelFormat:
+    "Make `LLM.load(dtype=name)` build the model with `build(call)`; registering a name again replaces it."
+    MODEL_FORMATS[name.lower()] = f = ModelFormat(name.lower(), chapter, doc, build)
+    return f
+
+def register_load_option(name:str, chapter:str, doc:str, default=None, check:Callable|None=None, apply:Callable|None=None) -> LoadOption:
+    "Make `LLM.load(..., name=value)` check `value` before loading and `apply` it after; registering a name again replaces it."
+    LOAD_OPTIONS[name] = o = LoadOption(name, chapter, doc, default, check, apply)
+    return o
+
+def load_options() -> str:
+    "A table of what `LLM.load` takes beyond a torch dtype: each format and option, with the chapter that adds it."
+    rows = [(f.chapter, f"dtype={f.name!r}", f.doc) for f in MODEL_FORMATS.values()]
+    rows += [(o.chapter, f"{o.name}={o.default!r}", o.doc) for o in LOAD_OPTIONS.values()]
+    w = max([len(r[1]) for r in rows] + [8])
+    return '\n'.join([f"{'chapter':8}{'keyword':{w + 2}}what it does"] + [f"{c:8}{k:{w + 2}}{d}" for c, k, d in sorted(rows)])
+
+register_load_option('rope_scaling', '01', "a transformers-style RoPE scaling dict that overrides the file's (chapters 00 and 11)",
+                     check=lambda v: check_rope_scaling(v, 1),
+                     apply=lambda llm, v, call: _with_config(llm, llm.model.cfg.with_rope_scaling(v)))
+
+def _with_config(llm, cfg):
+    llm.model.cfg = cfg                       # the rotary tables follow the config: no weight changes
+    return llm
+
+# %% ../nbs/01_weights.ipynb #r1reg02
 class LLM:
     "A pretrained model with its tokenizer: `LLM.load()` for the embedded default, `LLM.load(path)` for a .gguf file or HF folder."
     def __init__(self, model:Transformer, tokenizer:Tokenizer, name:str='model'):
@@ -300,30 +386,37 @@ class LLM:
     def device(self) -> torch.device: return self.model.device
 
     @classmethod
-    def load(cls, path:str|Path|None=None, device:str|torch.device='cpu', dtype:torch.dtype=torch.float32, progress:bool=True,
-             rope_scaling:dict|None=None) -> 'LLM':
-        "Load a .gguf file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct); `rope_scaling` as in transformers' config overrides the file's."
-        name = 'SmolLM2-135M-Instruct' if path is None else None
-        if path is None: path = default_model(progress=progress)
-        path = Path(path).expanduser()
-        if path.is_dir():
-            if not (path / 'config.json').exists(): raise ModelLoadError(f"{path}: not a model folder (no config.json)")
-            try: raw = json.loads((path / 'config.json').read_text())
-            except json.JSONDecodeError as e: raise ModelLoadError(f"{path / 'config.json'} is not valid JSON: {e}") from e
-            cfg = hf_config(raw, path)
-            model = build_model(cfg, hf_state_dict(path), device, dtype, path)
-            tok = hf_tokenizer(path)
-        else:
-            if path.suffix != '.gguf' and path.exists() and not path.is_dir():
-                with open(path, 'rb') as f:
-                    if f.read(4) != b'GGUF': raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder")
-            reader = _read_gguf(path)
-            cfg = _gguf_config(reader, path)
-            tk_, settings = gguf_tokenizer(reader, path)
-            model = build_model(cfg, gguf_state_dict(reader, cfg, progress), device, dtype, path)
-            tok = Tokenizer(tk_, **settings)
-        if rope_scaling is not None: model.cfg = model.cfg.with_rope_scaling(rope_scaling)   # tables follow the config: no weight changes
-        return cls(model, tok, name=name or (path.stem if path.is_file() else path.name))
+    def load(cls,
+             path:str|Path|None=None,             # a .gguf file or Hugging Face folder; None: the embedded SmolLM2-135M-Instruct
+             device:str|torch.device='cpu',       # where the weights live
+             dtype=torch.float32,                 # a torch dtype ('float32', 'bfloat16' by name too) or a registered format
+             progress:bool=True,                  # progress bars for the first download and conversion
+             **options) -> 'LLM':                 # registered options, in chapter order: see `load_options()`
+        """Load a model and its tokenizer. Everything beyond a torch dtype is added by a chapter and listed by `load_options()`:
+        `rope_scaling` (01: a transformers-style dict that overrides the file's RoPE), `dtype='int8'`, `'q8_0'`, `'q4_0'`, `'q4_1'`
+        and `compile` (09: weight formats and a compiled decode step), `tensor_parallel_size` (12: shards in worker processes).
+        Every option is checked before anything is read, and an option no loaded chapter knows is a `ValueError`."""
+        if (bad := sorted(set(options) - set(LOAD_OPTIONS))):
+            raise ValueError(f"LLM.load got unknown option(s) {bad}; the loaded chapters take: {', '.join(LOAD_OPTIONS) or 'none'} "
+                             f"(later chapters add more: import minillm.all)")
+        fmt = None
+        if isinstance(dtype, str):
+            name = dtype.lower()
+            if name in ('float32', 'bfloat16'): dtype = getattr(torch, name)
+            elif name in MODEL_FORMATS: fmt = MODEL_FORMATS[name]
+            else: raise ValueError(f"unknown model format or dtype {dtype!r}: use a torch dtype or one of "
+                                   f"{', '.join(['float32', 'bfloat16', *MODEL_FORMATS])}")
+        elif not isinstance(dtype, torch.dtype): raise ValueError(f"dtype must be a torch dtype or a format name, got {dtype!r}")
+        opts = {name: options.get(name, o.default) for name, o in LOAD_OPTIONS.items()}
+        for name, o in LOAD_OPTIONS.items():
+            if o.check is not None and name in options: o.check(options[name])      # bad values fail before minutes of loading
+        call = LoadCall(path, device, dtype if fmt is None else fmt.name, progress, opts)
+        if fmt is not None: llm = fmt.build(call)
+        else: llm = cls(*load_weights(path, device, dtype, progress))
+        for o in sorted(LOAD_OPTIONS.values(), key=lambda o: o.chapter):
+            v = opts[o.name]
+            if o.apply is not None and not (v is o.default or (o.default is not None and v == o.default)): llm = o.apply(llm, v, call)
+        return llm
 
     def __repr__(self):
         n = sum(p.numel() for p in self.model.parameters())
