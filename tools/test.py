@@ -22,6 +22,9 @@ with 2 x 2 threads against 17.9 tok/s with 2 x 1 (and 18.2 alone), and the whole
 The heaviest notebooks are started first so that the two workers finish together, and every notebook
 runs in a fresh process, as it does for a reader: the methods one chapter patches onto a class must not
 leak into the tests of the next (they did: 90_all failed after 09_fast had run in the same worker).
+
+A passing test does not mean the saved outputs are current: `python tools/stale.py --all` reruns the book and lists the
+cells whose fresh output differs from the saved one, and `python tools/stale.py --long` the longest code cells per chapter.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
