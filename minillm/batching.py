@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib, math, os, random, sys, time
 from array import array
 from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
@@ -23,12 +24,9 @@ import minillm.speculative   # chapter 06's mode registered: a batch may draft t
 # %% auto #0
 __all__ = ['DEFAULT_TOKENS_PER_STEP', 'decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params',
            'forward_rows', 'run_batch', 'generate_batch', 'generate_n', 'generate_many', 'batch_logits',
-           'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'cache_waste', 'StepOutput',
-           'check_engine_args', 'Engine', 'SegmentedAttention', 'PackedBatch', 'forward_packed', 'block_hashes',
-           'plot_blocks', 'run_speculative_batch', 'serving_metrics', 'Arrival', 'poisson_workload',
-           'serve_one_at_a_time', 'serve_static', 'serve_engine', 'serving_bench', 'plot_serving',
-           'shared_prefix_workload', 'step_split', 'plot_steps', 'goals_bench', 'serve_engine_steps', 'plot_timeline',
-           'schedule_stand_in', 'engine_explorer']
+           'batch_invariant', 'OutOfBlocks', 'PagedKVCache', 'PagedBatch', 'StepOutput', 'check_engine_args', 'Engine',
+           'SegmentedAttention', 'PackedBatch', 'forward_packed', 'attention_lse', 'merge_attention', 'shared_prefixes',
+           'block_hashes', 'run_speculative_batch', 'serving_metrics']
 
 # %% ../nbs/07_batching.ipynb #07c00104
 def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
@@ -107,11 +105,22 @@ class Request:
         return (f"Request({self.id!r}, {len(self.prompt_ids)} prompt tokens, {len(self.out)}/{self.params.max_new_tokens} generated, "
                 f"{self.status}{', ' + self.finish_reason if self.finished else ''})")
 
-def pick_rows(reqs:list[Request], logits:torch.Tensor) -> tuple[list[int], torch.Tensor]:
-    "Next token of every row of `logits` `(B, V)` (row b belongs to `reqs[b]`), and the log-probabilities `(B, V)`."
+_samplers = {}                                                            # threads -> a pool that draws rows side by side
+
+def pick_rows(reqs:list[Request], logits:torch.Tensor, threads:int=1) -> tuple[list[int], torch.Tensor]:
+    """Next token of every row of `logits` `(B, V)` (row b belongs to `reqs[b]`), and the log-probabilities `(B, V)`. With `threads` > 1 the
+    sampled rows without a constraint are drawn on that many threads: each row has its own generator, so the tokens are the same."""
     lp = F.log_softmax(logits.float(), -1)
     greedy = logits.argmax(-1).tolist()                                   # one call for every plain greedy row
-    return [g if r.plain else r.pick(logits[b:b + 1]) for b, (r, g) in enumerate(zip(reqs, greedy))], lp
+    out = [g if r.plain else None for r, g in zip(reqs, greedy)]
+    todo = [b for b, r in enumerate(reqs) if not r.plain]
+    side = [b for b in todo if reqs[b].params.constraint is None] if threads > 1 and len(todo) > 1 else []   # a constraint object may be shared
+    if side:
+        pool = _samplers.get(threads) or _samplers.setdefault(threads, ThreadPoolExecutor(threads, thread_name_prefix='minillm-sample'))
+        for b, t in zip(side, pool.map(lambda b: reqs[b].pick(logits[b:b + 1]), side)): out[b] = t
+    for b in todo:
+        if out[b] is None: out[b] = reqs[b].pick(logits[b:b + 1])
+    return out, lp
 
 # %% ../nbs/07_batching.ipynb #07c00011
 def is_batch(prompt) -> bool:
@@ -483,15 +492,7 @@ class PagedBatch:
         for s in (self.seq_ids if row is None else [self.seq_ids[row]]): self.pool.set_length(s, self.pool._len[s] - n)
         self._plan = None
 
-# %% ../nbs/07_batching.ipynb #07c00071
-def cache_waste(lengths:list[int], max_len:int, block_size:int=16) -> dict:
-    "Slots reserved and used when every sequence preallocates `max_len` slots, against blocks of `block_size` allocated as it grows."
-    if any(l > max_len for l in lengths): raise ValueError(f"cache_waste: every length must be <= max_len ({max_len}), got {max(lengths)}")
-    used = sum(lengths)
-    prealloc, paged = len(lengths) * max_len, sum(-(-l // block_size) * block_size for l in lengths)
-    return dict(used=used, prealloc=prealloc, paged=paged, prealloc_waste=1 - used / prealloc, paged_waste=1 - used / paged)
-
-# %% ../nbs/07_batching.ipynb #07c00060
+# %% ../nbs/07_batching.ipynb #07c00059
 DEFAULT_TOKENS_PER_STEP = 256   # measured in the section on chunked prefill
 
 @dataclass
@@ -515,14 +516,20 @@ def check_engine_args(max_batch_size:int=16, max_tokens_per_step:int|None=DEFAUL
                          f"so that every running request can decode in every step")
     if not isinstance(prefix_caching, bool): raise ValueError(f"Engine: prefix_caching must be True or False, got {prefix_caching!r}")
 
+
+# %% ../nbs/07_batching.ipynb #07c00060
 class Engine:
     "Continuous batching: requests join and leave between steps (iteration-level scheduling), their keys and values in a `PagedKVCache`."
+    sampling_threads = None                                            # threads that draw the sampled rows (`pick_rows`); None: torch's thread count
     def __init__(self, llm:LLM, max_batch_size:int=16,
                  num_blocks:int|None=None,        # blocks in the pool; default enough for max_batch_size rows of 512 tokens (and one full context)
                  block_size:int=16,               # slots per block
                  max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP,  # token budget of one step (decode rows + prefill chunks); None: no limit
-                 prefix_caching:bool=False):      # keep full prompt blocks after a request ends and reuse them for equal prefixes
+                 prefix_caching:bool=False,       # keep full prompt blocks after a request ends and reuse them for equal prefixes
+                 cascade:bool=True):              # rows that share prompt blocks read them once (cascade attention); False: every row gathers its own copy
         check_engine_args(max_batch_size, max_tokens_per_step, prefix_caching, num_blocks, block_size)
+        if not isinstance(cascade, bool): raise ValueError(f"Engine: cascade must be True or False, got {cascade!r}")
+        self.cascade = cascade
         self.llm, self.max_batch_size, self.max_tokens_per_step, self.prefix_caching = llm, max_batch_size, max_tokens_per_step, prefix_caching
         if num_blocks is None: num_blocks = max(-(-llm.config.max_seq_len // block_size), -(-max_batch_size * 512 // block_size))
         self.cache = PagedKVCache.for_model(llm.model, num_blocks, block_size)
@@ -640,7 +647,7 @@ def _rows(self:Engine) -> int:
 class SegmentedAttention:
     """Stands in for the attention mask of a packed step. The model calls `F.scaled_dot_product_attention(q, k, v, attn_mask=<this>)`;
     through PyTorch's `__torch_function__` protocol this object takes the call over and attends each row of the pack to its own keys:
-    every one-token row in one batched call, each longer chunk in a causal call of its own."""
+    every one-token row in one batched call (rows that share prompt blocks: cascade attention, below), each longer chunk in a causal call of its own."""
     def __init__(self, batch:PackedBatch): self.batch = batch
 
     @classmethod
@@ -652,7 +659,8 @@ class SegmentedAttention:
 
 class PackedBatch:
     "The rows of one engine step, packed into one sequence of N new tokens: row i brings `n_i` tokens at positions `start_i..start_i + n_i - 1`."
-    def __init__(self, pool:PagedKVCache, rows:list[tuple]):             # rows: (seq_id, start, n), blocks already grown
+    def __init__(self, pool:PagedKVCache, rows:list[tuple],             # rows: (seq_id, start, n), blocks already grown
+                 cascade:bool=True):                                   # rows sharing prompt blocks read them once (below)
         bs, dev = pool.block_size, pool.device
         self.pool, self.rows, self.layer = pool, rows, 0
         slot = lambda s, p: pool.tables[s][p // bs] * bs + p % bs           # pool slot of position p of sequence s
@@ -661,6 +669,8 @@ class PackedBatch:
         offs = [0]
         for s, a, n in rows: offs.append(offs[-1] + n)
         one = [i for i, (s, a, n) in enumerate(rows) if n == 1]              # decode rows (and one-token chunks)
+        self.shared, self.shared_rows = [], 0                              # cascade attention's groups (next section)
+        if cascade and len(one) > 1: one = self._plan_cascade(one, offs)   # the rows it takes leave the plain path
         self.one_idx = torch.tensor([offs[i] for i in one], device=dev)      # their places in the pack
         S = max((rows[i][1] + 1 for i in one), default=0)
         self.one_read = torch.tensor([[slot(rows[i][0], p) if p <= rows[i][1] else 0 for p in range(S)] for i in one],
@@ -689,6 +699,7 @@ class PackedBatch:
         kp, vp = self.pool.k[self.layer], self.pool.v[self.layer]          # (slots, H_kv, D)
         H_kv, D = kp.shape[1:]
         y = torch.empty_like(q)
+        if self.shared: self._attend_cascade(q, y, kp, vp)                 # rows that share prompt blocks (next section)
         sdpa = F.scaled_dot_product_attention
         if len(self.one_idx):                                              # one batched call for every one-token row
             B1, S = self.one_read.shape
@@ -713,6 +724,96 @@ def forward_packed(model:Transformer, ids:torch.Tensor, batch:PackedBatch, out_r
     x = model.norm(x[0, out_rows])                                         # (R, C) only the rows that pick a token
     logits = F.linear(x, model.embed_tokens.weight) if model.lm_head is None else linear(model.lm_head, x)
     return logits.float()                                                  # (R, V)
+
+
+# %% ../nbs/07_batching.ipynb #07c00067
+def attention_lse(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None,
+                  scale:float|None=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention of queries `q` `(..., T, D)` over keys and values `(..., S, D)` (leading dims broadcast; `mask` True where a key
+    is visible), and the log-sum-exp of each query's scores `(..., T, 1)`: what merging with attention over other keys needs."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale                                  # (..., T, S) scores
+    if mask is not None: s = s.masked_fill(~mask, float('-inf'))
+    m = s.amax(-1, keepdim=True)                                           # every query sees at least one key here
+    p = (s - m).exp()
+    l = p.sum(-1, keepdim=True)
+    return (p @ v) / l, m + l.log()
+
+def merge_attention(o1:torch.Tensor, lse1:torch.Tensor, o2:torch.Tensor, lse2:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "Attention over the union of two disjoint sets of keys, exactly, from each set's output `(..., D)` and log-sum-exp `(..., 1)`."
+    w2 = torch.sigmoid(lse2 - lse1)                                        # e^lse2 / (e^lse1 + e^lse2): the second set's share of the mass
+    return torch.lerp(o1, o2, w2), torch.logaddexp(lse1, lse2)            # (1 - w2) o1 + w2 o2, and the log of the summed mass
+
+def shared_prefixes(tables:list[list[int]], lengths:list[int], block_size:int) -> list[tuple[list[int], int]]:
+    """Groups of rows whose block tables start with the same blocks: `(rows, blocks)` for every group of two or more rows that all read
+    their first `blocks` blocks in full (row i reads `lengths[i]` keys and writes its newest one, which never lies in a shared block)."""
+    by_first = {}
+    for i, (t, L) in enumerate(zip(tables, lengths)):
+        if L > block_size: by_first.setdefault(t[0], []).append(i)        # a full block before the newest key
+    out = []
+    for rs in by_first.values():
+        if len(rs) < 2: continue
+        n, first = min((lengths[i] - 1) // block_size for i in rs), tables[rs[0]]
+        for i in rs[1:]:                                                   # the longest run of blocks common to all of them
+            k = 0
+            while k < n and tables[i][k] == first[k]: k += 1
+            n = k
+        out.append((rs, n))
+    return out
+
+
+# %% ../nbs/07_batching.ipynb #07c00068
+@patch
+def _plan_cascade(self:PackedBatch, one:list[int], offs:list[int]) -> list[int]:
+    "Take the one-token rows of `one` that share prompt blocks: plan their shared keys and their own; return the rows left to the plain path."
+    pool, bs, dev = self.pool, self.pool.block_size, self.pool.device
+    tables, lens = [pool.tables[self.rows[i][0]] for i in one], [self.rows[i][1] + 1 for i in one]
+    groups = shared_prefixes(tables, lens, bs)
+    if not groups: return one
+    order, own = [], []                                                    # cascade rows, group by group; their own key positions
+    for rs, nb in groups:
+        blocks = tables[rs[0]][:nb]
+        keys = (slice(blocks[0] * bs, (blocks[-1] + 1) * bs) if blocks == list(range(blocks[0], blocks[0] + nb))   # one view, no copy
+                else torch.tensor([b * bs + j for b in blocks for j in range(bs)], device=dev))
+        self.shared.append((len(order), len(order) + len(rs), keys))
+        for j in rs: order.append(j); own.append((j, nb * bs))
+    W = max(lens[j] - start for j, start in own)                          # widest run of own keys
+    slot = lambda t, p: t[p // bs] * bs + p % bs
+    self.c_idx = torch.tensor([offs[one[j]] for j in order], device=dev)                   # (Bc,) places in the pack
+    self.c_read = torch.tensor([[slot(tables[j], start + p) if start + p < lens[j] else 0 for p in range(W)] for j, start in own],
+                               dtype=torch.long, device=dev)                               # (Bc, W) own keys; padding reads slot 0
+    self.c_mask = (torch.arange(W)[None] < torch.tensor([lens[j] - start for j, start in own])[:, None])[:, None, None].to(dev)  # (Bc, 1, 1, W)
+    self.shared_rows = len(order)
+    taken = set(order)
+    return [one[j] for j in range(len(one)) if j not in taken]
+
+_flash_lse = getattr(torch.ops.aten, '_scaled_dot_product_flash_attention_for_cpu', None)   # PyTorch's CPU kernel, with the log-sum-exp
+
+def _part_lse(q, k, v, mask=None):
+    "`attention_lse` for (B, H_kv, T, D) queries over (B, H_kv, S, D) keys: one PyTorch kernel call on a CPU (it returns the log-sum-exp too), else ours."
+    if _flash_lse is not None and q.device.type == 'cpu':
+        add = None if mask is None else torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float('-inf'))
+        o, lse = _flash_lse(q, k, v, attn_mask=add)
+        return o, lse.float()[..., None]
+    return attention_lse(q.float(), k.float(), v.float(), mask)
+
+@patch
+def _attend_cascade(self:PackedBatch, q:torch.Tensor, y:torch.Tensor, kp:torch.Tensor, vp:torch.Tensor):
+    "Cascade attention for the rows of `self.shared`: each group's shared keys once for all its queries, each row's own keys, merged by log-sum-exp; written into `y`."
+    H, H_kv, D = q.shape[1], kp.shape[1], kp.shape[2]
+    g, Bc = H // H_kv, len(self.c_idx)
+    qc = q[0, :, self.c_idx].transpose(0, 1).reshape(Bc, H_kv, g, D)  # (Bc, H_kv, g, D): a row's query heads as g queries of their KV head
+    K, V = kp[self.c_read].transpose(1, 2), vp[self.c_read].transpose(1, 2)   # (Bc, H_kv, W, D): own keys only
+    o, lse = _part_lse(qc, K, V, self.c_mask)                          # (Bc, H_kv, g, D), (Bc, H_kv, g, 1)
+    o = o.float()
+    for a, b, keys in self.shared:                                     # per group: one matrix product for all its rows
+        G = b - a
+        qs = qc[a:b].transpose(0, 1).reshape(1, H_kv, G * g, D)        # every query of the group, per KV head
+        Ks, Vs = kp[keys].transpose(0, 1)[None], vp[keys].transpose(0, 1)[None]   # (1, H_kv, P, D): the one copy of the prefix
+        os_, ls = _part_lse(qs, Ks, Vs)
+        os_, ls = (t.view(H_kv, G, g, -1).transpose(0, 1).float() for t in (os_, ls))   # back to (G, H_kv, g, .)
+        o[a:b], lse[a:b] = merge_attention(o[a:b], lse[a:b], os_, ls)
+    y[0, :, self.c_idx] = o.reshape(Bc, H, D).transpose(0, 1).to(y.dtype)
 
 
 # %% ../nbs/07_batching.ipynb #07c00063
@@ -757,7 +858,7 @@ def step(self:Engine) -> dict[int, StepOutput]:
     states = {r.id: r.status for r in self.waiting}
     sched = self._schedule()
     for r in self.waiting: states[r.id] = r.status                         # 'waiting', or 'preempted' (also just now)
-    carried = dict(decode_rows=0, prefill_tokens=0)
+    carried = dict(decode_rows=0, prefill_tokens=0, cascade_rows=0)
     for r, n in sched.items():
         kind = 'decode' if r.status == 'decode' else 'prefill'
         states[r.id] = kind
@@ -765,6 +866,7 @@ def step(self:Engine) -> dict[int, StepOutput]:
         else: carried['prefill_tokens'] += n
     if sched:
         with torch.inference_mode(): emitted = self._forward(sched, outs)
+        carried['cascade_rows'] = self._shared_rows
         for r in emitted:
             if r.id not in states: states[r.id] = 'prefill'                # forked samples: their first token
             if r.finished: self._retire(r)
@@ -784,7 +886,8 @@ def _forward(self:Engine, sched:dict, outs:dict) -> list[Request]:
         ids += toks[r.computed:r.computed + n]
         rows.append((r.id, r.computed, n))
         if r.computed + n == len(toks): out_rows.append(len(ids) - 1); emit.append(r)   # its last token gives the next one's logits
-    logits = forward_packed(self.llm.model, torch.tensor([ids], device=self.llm.device), PackedBatch(self.cache, rows), out_rows)
+    logits = forward_packed(self.llm.model, torch.tensor([ids], device=self.llm.device), (pb := PackedBatch(self.cache, rows, self.cascade)), out_rows)
+    self._shared_rows = pb.shared_rows                                 # decode rows served by cascade attention
     bs = self.cache.block_size
     for r, n in sched.items():
         r.computed += n
@@ -804,7 +907,7 @@ def _forward(self:Engine, sched:dict, outs:dict) -> list[Request]:
 
 @patch
 def _emit(self:Engine, reqs:list[Request], logits:torch.Tensor, outs:dict):
-    nxt, lp = pick_rows(reqs, logits)
+    nxt, lp = pick_rows(reqs, logits, self.sampling_threads or torch.get_num_threads())
     now = time.perf_counter()
     for b, (r, t) in enumerate(zip(reqs, nxt)):
         piece = r.add(t, lp[b])
@@ -848,28 +951,6 @@ def register(self:PagedKVCache, seq_id, hashes:list[bytes], start:int=0):
     for i in range(start, len(hashes)):
         b = t[i]
         if hashes[i] not in self.cached and b not in self._hash_of: self.cached[hashes[i]], self._hash_of[b] = b, hashes[i]
-
-
-# %% ../nbs/07_batching.ipynb #07c00083
-def plot_blocks(cache:PagedKVCache, seqs:dict, fig=None, title:str|None=None):
-    "Block tables of `seqs` (label -> sequence id in `cache`) as rows of boxes: each box a block id with its reference count; shared blocks darker."
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
-    fig = fig or Figure(figsize=(9, 0.5 * len(seqs) + 0.9), dpi=80)
-    ax = fig.subplots()
-    width = max(len(cache.tables[s]) for s in seqs.values())
-    for y, (label, s) in enumerate(seqs.items()):
-        for x, b in enumerate(cache.tables[s]):
-            ref = cache.ref[b]
-            ax.add_patch(Rectangle((x, -y - 0.9), 0.92, 0.8, color=('C0' if ref > 1 else '#cfe0f1'), ec='k', lw=0.5))
-            ax.text(x + 0.46, -y - 0.5, f"#{b}\nref {ref}", ha='center', va='center', fontsize=7, color='w' if ref > 1 else 'k')
-    ax.set(xlim=(-0.1, max(width, 8)), ylim=(-len(seqs) - 0.1, 0.1), xticks=[])
-    ax.set_yticks([-y - 0.5 for y in range(len(seqs))], list(seqs), fontsize=8)
-    for side in ('top', 'right', 'bottom', 'left'): ax.spines[side].set_visible(False)
-    ax.tick_params(left=False)
-    if title: ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return fig
 
 
 # %% ../nbs/07_batching.ipynb #07c00066
@@ -942,254 +1023,3 @@ def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
                 tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows),
                 mean_latency=float(np.mean([r['done'] - r['arrival'] for r in rows])) * scale)   # W of Little's law
 
-
-# %% ../nbs/07_batching.ipynb #07c00080
-@dataclass
-class Arrival:
-    "One request of a workload: when it arrives (seconds after the start), its prompt ids, and how many tokens it asks for."
-    time: float
-    prompt_ids: list[int]
-    max_new_tokens: int
-
-def poisson_workload(n:int, rate:float, seed:int=0, vocab_size:int=49152, prompt_len=(16, 128),
-                     short=(8, 32), long=(96, 160), long_frac:float=0.15) -> list[Arrival]:
-    "`n` requests with exponential gaps at `rate` per second (inf: all at once); prompt lengths uniform in `prompt_len`, outputs `short` or, for a fraction `long_frac`, `long`. Same seed, same workload."
-    if not rate > 0: raise ValueError(f"rate must be > 0 requests per second (inf for all at once), got {rate!r}")
-    rng, t, work = random.Random(seed), 0.0, []
-    lo = 256 if vocab_size > 512 else 3                               # skip the special tokens of a real vocabulary
-    for _ in range(n):
-        if rate != math.inf: t += rng.expovariate(rate)
-        ids = [rng.randrange(lo, vocab_size) for _ in range(rng.randint(*prompt_len))]
-        work.append(Arrival(t, ids, rng.randint(*(long if rng.random() < long_frac else short))))
-    return work
-
-def _wait_until(start, t):
-    d = start + t - time.perf_counter()
-    if d > 0: time.sleep(d)
-
-def serve_one_at_a_time(llm:LLM, work:list[Arrival]) -> list[dict]:
-    "First come, first served, one `llm.generate` at a time; per request: arrival, first token and done times (s), tokens."
-    start, rows = time.perf_counter(), []
-    for w in sorted(work, key=lambda w: w.time):
-        _wait_until(start, w.time)
-        t = time.perf_counter() - start
-        g = llm.generate(w.prompt_ids, max_new_tokens=w.max_new_tokens, ignore_eos=True)
-        rows.append(dict(arrival=w.time, first=t + g.prefill_time, done=time.perf_counter() - start, tokens=len(g.token_ids)))
-    return rows
-
-def serve_static(llm:LLM, work:list[Arrival], max_batch_size:int=16, max_wait:float=0.0) -> list[dict]:
-    "Static batching: when idle, wait up to `max_wait` s for a full batch, take what has arrived (at most `max_batch_size`), run it until its longest row finishes."
-    start, rows, queue = time.perf_counter(), [], sorted(work, key=lambda w: w.time)
-    i = 0
-    while i < len(queue):
-        _wait_until(start, queue[i].time)
-        full = queue[min(i + max_batch_size, len(queue)) - 1].time
-        _wait_until(start, min(full, queue[i].time + max_wait))
-        now, j = time.perf_counter() - start, i
-        while j < len(queue) and j - i < max_batch_size and queue[j].time <= now: j += 1
-        batch, t = queue[i:j], time.perf_counter() - start
-        gens = llm.generate([w.prompt_ids for w in batch], params=[SamplingParams.greedy(max_new_tokens=w.max_new_tokens, ignore_eos=True) for w in batch])
-        for w, g in zip(batch, gens):
-            rows.append(dict(arrival=w.time, first=t + g.prefill_time, done=t + g.prefill_time + g.decode_time, tokens=len(g.token_ids)))
-        i = j
-    return rows
-
-def serve_engine(llm:LLM, work:list[Arrival], max_batch_size:int=16, engine:Engine|None=None, **engine_kw) -> list[dict]:
-    "Continuous batching: submit each request when it arrives and step the `Engine` while anything is pending."
-    eng = engine or Engine(llm, max_batch_size, **engine_kw)
-    start, queue, rids = time.perf_counter(), deque(sorted(work, key=lambda w: w.time)), []
-    while queue or eng.has_unfinished():
-        while queue and queue[0].time <= time.perf_counter() - start:
-            w = queue.popleft()
-            rid = eng.submit(w.prompt_ids, max_new_tokens=w.max_new_tokens, ignore_eos=True)
-            eng.requests[rid].t_arrival = start + w.time; rids.append(rid)
-        if eng.has_unfinished(): eng.step()
-        elif queue: _wait_until(start, queue[0].time)
-    return [dict(arrival=(r := eng.requests[i]).t_arrival - start, first=r.t_first - start, done=r.t_done - start, tokens=len(r.out))
-            for i in rids]
-
-def serving_bench(llm:LLM, rates=(1, 2, 4, math.inf), n:int=48, seed:int=0, max_batch_size:int=16, workload_kw:dict|None=None,
-                  systems=('one at a time', 'static', 'engine'), engines:dict|None=None, work=None, file=None) -> list[dict]:
-    """The same Poisson workloads (one per rate; or `work` itself) served by each of `systems`: 'one at a time', 'static' (batching),
-    'engine' (the `Engine` with its default token budget) and 'engine, no budget' (every admitted prompt prefilled whole in one step).
-    Prints the machine, a table, and returns its rows; the engines used are kept in `engines` (a dict, keyed by rate and system) when given."""
-    file = file or sys.stdout
-    def eng(w, rate, name, **kw):
-        e = Engine(llm, max_batch_size, **kw)
-        if engines is not None: engines[(rate, name)] = e
-        return serve_engine(llm, w, engine=e)
-    run = {'one at a time': lambda w, r: serve_one_at_a_time(llm, w), 'static': lambda w, r: serve_static(llm, w, max_batch_size),
-           'engine': lambda w, r: eng(w, r, 'engine'), 'engine, no budget': lambda w, r: eng(w, r, 'engine, no budget', max_tokens_per_step=None)}
-    if (bad := [s for s in systems if s not in run]): raise ValueError(f"unknown system(s) {bad}; known: {list(run)}")
-    llm.generate([[1, 2, 3]] * 2, max_new_tokens=2)                      # warm up
-    out = []
-    print(f"{machine_info()}; load average {os.getloadavg()[0]:.2f}", file=file)
-    print(f"{n if work is None else len(work)} requests per rate, {llm.model.dtype}, max_batch_size={max_batch_size}", file=file)
-    print(f"{'rate/s':>7} {'system':18}{'tok/s':>8}{'TTFT p50':>10}{'p99':>8}{'TPOT p50':>10}{'p99':>8}  (ms)", file=file)
-    for rate in rates:
-        w = work if work is not None else poisson_workload(n, rate, seed, llm.config.vocab_size, **(workload_kw or {}))
-        for name in systems:
-            t0 = time.perf_counter()
-            m = dict(rate=rate, system=name, **serving_metrics(run[name](w, rate)), seconds=time.perf_counter() - t0)
-            out.append(m)
-            print(f"{rate:7.1f} {name:18}{m['throughput']:8.1f}{m['ttft_p50']:10.0f}{m['ttft_p99']:8.0f}{m['tpot_p50']:10.0f}{m['tpot_p99']:8.0f}", file=file)
-    return out
-
-def plot_serving(rows:list[dict], fig=None):
-    "Throughput against p99 time to first token and p50 time per output token, one line per system, each point labelled by its arrival rate; returns the figure."
-    from matplotlib.figure import Figure
-    fig = fig or Figure(figsize=(9, 3.4), dpi=80)
-    ax1, ax2 = fig.subplots(1, 2)
-    for i, name in enumerate(dict.fromkeys(r['system'] for r in rows)):
-        rs = [r for r in rows if r['system'] == name]
-        ax1.plot([r['throughput'] for r in rs], [r['ttft_p99'] / 1e3 for r in rs], marker='o', color=f"C{i}", label=name)
-        ax2.plot([r['throughput'] for r in rs], [r['tpot_p50'] for r in rs], marker='o', color=f"C{i}", label=name)
-        for r in rs:                                                       # label each point by its arrival rate
-            lab = 'all at once' if r['rate'] == math.inf else f"{r['rate']:g}/s"
-            ax1.annotate(lab, (r['throughput'], r['ttft_p99'] / 1e3), fontsize=7, xytext=(3, 3), textcoords='offset points')
-            ax2.annotate(lab, (r['throughput'], r['tpot_p50']), fontsize=7, xytext=(3, 3), textcoords='offset points')
-    ax1.set(xlabel='output tokens/s', ylabel='p99 time to first token (s)', yscale='log')
-    ax2.set(xlabel='output tokens/s', ylabel='p50 time per output token (ms)')
-    ax1.legend(fontsize=8); fig.tight_layout()
-    return fig
-
-# %% ../nbs/07_batching.ipynb #07c00082
-def shared_prefix_workload(n:int=64, prefix_len:int=400, question=(20, 40), max_new_tokens:int=16, seed:int=0,
-                           vocab_size:int=49152, rate:float=math.inf) -> list[Arrival]:
-    "`n` requests that start with the same `prefix_len`-token system prompt, each followed by a question of its own of `question` tokens."
-    rng = random.Random(seed)
-    lo = 256 if vocab_size > 512 else 3
-    prefix = [rng.randrange(lo, vocab_size) for _ in range(prefix_len)]
-    work, t = [], 0.0
-    for _ in range(n):
-        if rate != math.inf: t += rng.expovariate(rate)
-        work.append(Arrival(t, prefix + [rng.randrange(lo, vocab_size) for _ in range(rng.randint(*question))], max_new_tokens))
-    return work
-
-def step_split(engine:Engine, full:int|None=None) -> dict:
-    "Split an engine run's wall time by what its steps carried: steps with prefill tokens, decode-only steps with `full` rows (default max_batch_size), decode-only steps with fewer."
-    full, log = full or engine.max_batch_size, engine.log
-    dt = lambda es: sum(e['t1'] - e['t0'] for e in es)
-    pre = [e for e in log if e['prefill_tokens']]
-    dec = [e for e in log if not e['prefill_tokens'] and e['decode_rows'] >= full]
-    part = [e for e in log if not e['prefill_tokens'] and e['decode_rows'] < full]
-    return dict(total=log[-1]['t1'] - log[0]['t0'], steps=len(log), prefill_steps=len(pre), prefill_s=dt(pre),
-                prefill_tokens=sum(e['prefill_tokens'] for e in pre), full_steps=len(dec), full_s=dt(dec),
-                part_steps=len(part), part_s=dt(part), part_rows=sum(e['decode_rows'] for e in part) / max(len(part), 1))
-
-def plot_steps(engines:dict, fig=None):
-    "The step log of each engine in `engines` (title -> Engine) over seconds: decode rows per step (blue; grey: rows left empty) and prefill tokens per step (orange)."
-    from matplotlib.figure import Figure
-    fig = fig or Figure(figsize=(9, 1.9 * len(engines) + 0.6), dpi=80)
-    axs = fig.subplots(2 * len(engines), 1, sharex=True, height_ratios=[1.2, 1] * len(engines))
-    for (title, eng), ax, ax2 in zip(engines.items(), axs[::2], axs[1::2]):
-        log, B = eng.log, eng.max_batch_size
-        t0 = log[0]['t0']
-        left, width = [e['t0'] - t0 for e in log], [e['t1'] - e['t0'] for e in log]
-        rows = [e['decode_rows'] for e in log]
-        ax.bar(left, [B] * len(log), width, align='edge', color='0.88', lw=0)
-        ax.bar(left, rows, width, align='edge', color='C0', lw=0)
-        ax.set(ylabel='decode\nrows', ylim=(0, B * 1.05)); ax.set_title(title, fontsize=9, loc='left')
-        ax2.bar(left, [e['prefill_tokens'] for e in log], width, align='edge', color='C1', lw=0)
-        ax2.set(ylabel='prefill\ntokens')
-    axs[-1].set_xlabel('seconds since the first step')
-    fig.tight_layout()
-    return fig
-
-def goals_bench(llm:LLM, n:int=48, seed:int=0, max_batch_size:int=16, workload_kw:dict|None=None, file=None) -> tuple[dict, float, dict]:
-    """The saturated workload (`n` requests at once) served one at a time, by static batching, by the engine without a token budget and
-    with its default one; and the decode ceiling, the tokens/s of a `max_batch_size`-row decoding step, measured in the same process.
-    Prints both; returns the metrics by system, the ceiling and the engines (keyed by rate and system)."""
-    file = file or sys.stdout
-    step = decode_step_ms(llm, rows=(1, max_batch_size))
-    engines, work = {}, poisson_workload(n, math.inf, seed, llm.config.vocab_size, **(workload_kw or {}))
-    rows = serving_bench(llm, rates=(math.inf,), work=work, max_batch_size=max_batch_size, engines=engines, file=file,
-                         systems=('one at a time', 'static', 'engine, no budget', 'engine'))
-    m, ceiling = {r['system']: r for r in rows}, max_batch_size * 1e3 / step[max_batch_size]
-    print(f"{max_batch_size}-row decode step {step[max_batch_size]:.1f} ms (one row {step[1]:.1f} ms): ceiling {ceiling:.0f} tok/s", file=file)
-    for s in ('engine, no budget', 'engine'):
-        e = m[s]
-        print(f"{s:18}: {e['throughput'] / ceiling:4.0%} of the ceiling, {e['throughput'] / m['static']['throughput']:.2f}x static, "
-              f"{e['throughput'] / m['one at a time']['throughput']:.1f}x one at a time, TPOT p99/p50 {e['tpot_p99'] / e['tpot_p50']:.2f}", file=file)
-    return m, ceiling, engines
-
-
-# %% ../nbs/07_batching.ipynb #07c00090
-def serve_engine_steps(engine:Engine, work:list[Arrival]) -> list[dict]:
-    "Drive `engine` on a clock that counts steps: a request arriving at time t (in steps) is submitted before step ceil(t). Per request: arrival, first-token and done step, tokens."
-    queue, seen, i = deque(sorted(work, key=lambda w: w.time)), {}, 0
-    while queue or engine.has_unfinished():
-        while queue and queue[0].time <= i:
-            w = queue.popleft()
-            seen[engine.submit(w.prompt_ids, max_new_tokens=w.max_new_tokens, ignore_eos=True)] = dict(arrival=w.time)
-        if engine.has_unfinished():
-            for rid, o in engine.step().items():
-                seen[rid].setdefault('first', i + 1)
-                if o.finished: seen[rid]['done'] = i + 1
-        i += 1
-    return [dict(m, tokens=len(engine.requests[rid].out)) for rid, m in seen.items()]
-
-_STATE_COLORS = {'waiting': '0.85', 'preempted': 'C3', 'prefill': 'C1', 'decode': 'C0'}
-
-def plot_timeline(engine:Engine, fig=None, x:str='step', max_requests:int=40):
-    "Gantt chart of requests through `engine` (waiting, prefill, decode, preempted, done) over steps (`x='step'`) or seconds (`x='time'`), and block-pool occupancy; returns the figure."
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
-    if x not in ('step', 'time'): raise ValueError(f"x must be 'step' or 'time', got {x!r}")
-    fig = fig or Figure(figsize=(9, 4.2), dpi=80)
-    ax, ax2 = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
-    log = engine.log
-    if not log: ax.set_title('no steps yet'); return fig
-    t0 = log[0]['t0']
-    span = [(i, 1) if x == 'step' else (e['t0'] - t0, e['t1'] - e['t0']) for i, e in enumerate(log)]
-    for rid in sorted(engine.requests)[:max_requests]:
-        last = None
-        for (left, width), e in zip(span, log):
-            st = e['states'].get(rid)
-            if st in _STATE_COLORS: ax.barh(rid, width, left=left, color=_STATE_COLORS[st], height=0.8); last = left + width
-        r = engine.requests[rid]
-        if r.status == 'done' and last is not None: ax.plot([last], [rid], '|', color='k', ms=7)
-    ax.invert_yaxis(); ax.set_ylabel('request')
-    ax.legend(handles=[Patch(color=c, label=s) for s, c in _STATE_COLORS.items()] + [ax.plot([], [], '|', color='k', label='done')[0]],
-              fontsize=7, ncol=5, loc='upper right')
-    ax2.step([l for l, _ in span] + [span[-1][0] + span[-1][1]], [e['used_blocks'] for e in log] + [log[-1]['used_blocks']], where='post')
-    ax2.axhline(engine.cache.num_blocks, color='0.5', lw=0.8, ls='--')
-    ax2.set(xlabel='engine step' if x == 'step' else 'seconds', ylabel='blocks used', ylim=(0, engine.cache.num_blocks * 1.15))
-    fig.tight_layout()
-    return fig
-
-def schedule_stand_in(llm:LLM, seed:int=0) -> LLM:
-    "A 2-layer random model with `llm`'s vocabulary, context and tokenizer: on a step clock with `ignore_eos` it gives the `Engine` the same schedule as `llm`, cheaply."
-    from minillm.model import ModelConfig
-    torch.manual_seed(seed)
-    cfg = ModelConfig.tiny(vocab_size=llm.config.vocab_size, max_seq_len=llm.config.max_seq_len)
-    return LLM(Transformer(cfg).to(llm.device).eval().requires_grad_(False), llm.tokenizer, f"{llm.name} (2-layer stand-in)")
-
-def engine_explorer(llm:LLM, n:int=16, seed:int=0, rates=(0.1, 0.25, 0.5, 1.0, 2.0), batch_sizes=(1, 2, 4, 8, 16),
-                    num_blocks:int|None=None, block_size:int=16, stand_in:bool=True, **workload_kw):
-    """A widget over the arrival rate (requests per step) and the batch size: runs the `Engine` on a small Poisson workload on a step clock
-    and redraws its timeline and metrics. Each setting is run and drawn once (chapter 03's `FrameView`), on a `Figure` of its own with no
-    pyplot in the callback, so it is safe under JupyterLab's subshells. On a step clock with `ignore_eos` the schedule depends only on
-    lengths, the batch size and the block pool, not on the weights; so by default (`stand_in=True`) the engine runs a 2-layer random model
-    with `llm`'s vocabulary and context, which draws the same timeline as `llm` (tested in the chapter) and is much cheaper to run."""
-    import ipywidgets as W
-    from minillm.sampling import FrameView, control_style
-    if stand_in: llm = schedule_stand_in(llm)
-    kw = dict(prompt_len=(8, 32), short=(4, 12), long=(24, 40), long_frac=0.2, vocab_size=llm.config.vocab_size, **workload_kw)
-    rate = W.SelectionSlider(options=list(rates), value=rates[len(rates) // 2], description='arrivals per step', **control_style('480px'))
-    size = W.SelectionSlider(options=list(batch_sizes), value=batch_sizes[-2], description='max_batch_size', **control_style('480px'))
-    def draw(fig, r, b):
-        eng = Engine(llm, b, num_blocks=num_blocks, block_size=block_size)
-        rows = serve_engine_steps(eng, poisson_workload(n, r, seed, **kw))
-        pre = sum(q.preemptions for q in eng.requests.values())
-        plot_timeline(eng, fig=fig); m = serving_metrics(rows, scale=1)
-        fig.axes[0].set_title(f"{n} requests, {r} arrivals per step, max_batch_size {b}", fontsize=10)
-        return (f"arrivals per step {r}, max_batch_size {b}: {eng.steps} steps, {m['throughput']:.2f} tokens per step; time to first token p50 {m['ttft_p50']:.1f}, "
-                f"p99 {m['ttft_p99']:.1f} steps; {pre} preemptions")
-    view = FrameView(draw, figsize=(9, 4.2), dpi=80)
-    def redraw(*_): view.show(rate.value, size.value)
-    for w in (rate, size): w.observe(redraw, 'value')
-    redraw()
-    ui = W.VBox([W.HBox([rate, size], layout=W.Layout(flex_flow='row wrap')), view.out])
-    ui.view, ui.controls = view, dict(rate=rate, max_batch_size=size)
-    return ui

@@ -26,8 +26,7 @@ from .batching import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
 # %% auto #0
 __all__ = ['APIError', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'parse_body',
            'to_sampling_params', 'Delta', 'EngineWorker', 'token_bytes', 'EventStream', 'check_content_type',
-           'host_allowed', 'Guard', 'Endpoints', 'best_choices', 'make_app', 'Server', 'serve', 'closed_loop_engine',
-           'closed_loop_http', 'serve_bench', 'plot_serve_bench']
+           'host_allowed', 'Guard', 'Endpoints', 'best_choices', 'make_app', 'Server', 'serve']
 
 # %% ../nbs/08_serving.ipynb #08c00021
 class APIError(Exception):
@@ -224,14 +223,19 @@ class EngineWorker:
     def _post(self, cmd):
         with self._cv: self._inbox.append(cmd); self._cv.notify()
 
-    async def submit(self, prompt, params:SamplingParams, queue:asyncio.Queue, index:int=0) -> _Handle:
-        "Queue `prompt` with `params`; its `Delta`s will arrive in `queue`. Raises the engine's ValueError for a bad request."
+    async def submit(self, prompt, params:SamplingParams, queue:asyncio.Queue, index:int=0) -> _Handle|list[_Handle]:
+        """Queue `prompt` with `params`; its `Delta`s will arrive in `queue` as choice `index`. With `params.n` > 1 it is one engine request
+        (the prompt prefilled once, its blocks shared) and the result is a list of `n` handles, choices `index` to `index + n - 1`.
+        Raises the engine's ValueError for a bad request."""
         if not (self.alive and self.accepting): raise APIError("the server is shutting down or its engine is not running", 503, 'server_error')
-        h = _Handle(asyncio.get_running_loop(), queue, index)
-        self._post(('submit', h, prompt, params))
-        try: await h.accepted
-        except BaseException: self.release(h); raise                   # refused, or the caller went away while waiting
-        return h
+        loop = asyncio.get_running_loop()
+        hs = [_Handle(loop, queue, index + i) for i in range(params.n)]
+        self._post(('submit', hs, prompt, params))
+        try: await hs[0].accepted                                      # the engine thread answers for the whole group on the first
+        except BaseException:                                          # refused, or the caller went away while waiting
+            for h in hs: self.release(h)
+            raise
+        return hs[0] if params.n == 1 else hs
 
     def release(self, h:_Handle):
         "The caller is done with `h`: cancel it if it still runs (its blocks go back to the pool) and forget it."
@@ -270,24 +274,27 @@ def _run(self:EngineWorker):
 # %% ../nbs/08_serving.ipynb #08c00032d
 @patch
 def _command(self:EngineWorker, c):
-    "Carry out one inbox command on the engine thread: ('call', fn, future), ('submit', handle, prompt, params) or ('release', handle)."
+    "Carry out one inbox command on the engine thread: ('call', fn, future), ('submit', handles, prompt, params) or ('release', handle)."
     eng, kind = self.engine, c[0]
     if kind == 'call':
         _, fn, f = c
         try: f.set_result(fn(eng))
         except Exception as e: f.set_exception(e)
     elif kind == 'submit':
-        _, h, prompt, params = c
-        try: rid = eng.submit(prompt, params)
+        _, hs, prompt, params = c                                   # one handle per sample
+        try: rids = eng.submit(prompt, params)
         except Exception as e:
             self.counts['rejected'] += 1
-            h.resolve(error=e if isinstance(e, (ValueError, APIError)) else APIError(f"{type(e).__name__}: {e}", 500, 'server_error'))
+            hs[0].resolve(error=e if isinstance(e, (ValueError, APIError)) else APIError(f"{type(e).__name__}: {e}", 500, 'server_error'))
             return
-        self.counts['submitted'] += 1
-        h.rid, h.prompt_tokens = rid, len(eng.requests[rid].prompt_ids)
-        self._live[rid] = h
-        h.resolve(rid)
-        if eng.requests[rid].status == 'done': self._deliver(rid, [], '', True)   # nothing to generate
+        rids = rids if isinstance(rids, list) else [rids]           # n > 1: the ids of its n samples
+        self.counts['submitted'] += len(rids)
+        for h, rid in zip(hs, rids):
+            h.rid, h.prompt_tokens = rid, len(eng.requests[rid].prompt_ids)
+            self._live[rid] = h
+        hs[0].resolve(rids)
+        for rid in rids:
+            if eng.requests[rid].status == 'done': self._deliver(rid, [], '', True)   # nothing to generate
     elif kind == 'release':
         h = c[1]
         rid = h.rid
@@ -505,7 +512,7 @@ def best_choices(acc:list[dict], drawn:int, n:int) -> list[tuple[int, dict]]:
 
 @patch
 async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
-    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams) per choice, and the prompt tokens for `usage`."
+    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams with `n`) jobs, one per prompt, and the prompt tokens for `usage`."
     self.check_key(request)
     check_content_type(request)
     req = parse_body(kind, await _read_body(request, self.max_body_bytes))
@@ -542,17 +549,21 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
             raise APIError(f"this model's context window is {self.ctx} tokens, but the request needs {len(ids) + mt} "
                            f"({len(ids)} in the prompt, {mt} for the completion); lower max_tokens or shorten the prompt",
                            param=param, code='context_length_exceeded')
-        jobs += [(ids, q) for q in sample_params(replace(to_sampling_params(req, mt, self.llm.config.vocab_size), n=drawn))]   # choice i: seed + i
+        p, B = to_sampling_params(req, mt, self.llm.config.vocab_size), self.worker.engine.max_batch_size
+        for a in range(0, drawn, B):                                   # n samples as one engine request (at most a batch of them): choice i seeded seed + i
+            jobs.append((ids, replace(p, n=min(B, drawn - a), seed=None if p.seed is None else p.seed + a)))
     return req, jobs, sum(len(ids) for ids in prompts)
 
 
 # %% ../nbs/08_serving.ipynb #08c00043s
 @patch
 async def submit_all(self:Endpoints, jobs) -> tuple[asyncio.Queue, list[_Handle]]:
-    "Submit every (prompt ids, params) job to the worker, choice i with index i, all answering into one queue; none is left running if one is refused."
+    "Submit every (prompt ids, params) job to the worker (a job's `n` samples are choices i to i + n - 1), all answering into one queue; none is left running if one is refused."
     q, hs = asyncio.Queue(), []
     try:
-        for i, (ids, p) in enumerate(jobs): hs.append(await self.worker.submit(ids, p, q, i))
+        for ids, p in jobs:
+            h = await self.worker.submit(ids, p, q, len(hs))
+            hs += h if isinstance(h, list) else [h]
     except BaseException as e:
         for h in hs: self.worker.release(h)
         if isinstance(e, ValueError): raise APIError(str(e)) from None
@@ -789,91 +800,3 @@ def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_si
         print(f"minillm: stopped{f' ({srv.stopped_by})' if srv.stopped_by else ''}", file=file, flush=True)
     finally: sock.close()
 
-
-# %% ../nbs/08_serving.ipynb #08c00101
-def _bench_prompts(n:int, prompt_len:int, vocab_size:int, seed:int=0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    lo = 256 if vocab_size > 512 else 3
-    return torch.randint(lo, vocab_size, (n, prompt_len), generator=g).tolist()
-
-def closed_loop_engine(llm:LLM, prompts:list, max_tokens:int, concurrency:int, max_batch_size:int=16) -> list[dict]:
-    "Closed loop on an `Engine` in this thread: `concurrency` clients, each submitting its next prompt when its last one finishes; rows for `serving_metrics`."
-    eng, queue, live, rows = Engine(llm, max_batch_size), deque(prompts), {}, []
-    start = time.perf_counter()
-    def launch():
-        rid = eng.submit(queue.popleft(), SamplingParams.greedy(max_new_tokens=max_tokens, ignore_eos=True))
-        live[rid] = dict(arrival=time.perf_counter() - start)
-    for _ in range(min(concurrency, len(queue))): launch()
-    while live:
-        for rid, o in eng.step().items():
-            m, now = live[rid], time.perf_counter() - start
-            if o.token_ids: m.setdefault('first', now)
-            if o.finished:
-                m.update(done=now, tokens=len(eng.results[rid].token_ids)); rows.append(live.pop(rid))
-                if queue: launch()
-    return rows
-
-def closed_loop_http(base_url:str, model:str, prompts:list, max_tokens:int, concurrency:int, api_key:str='none', timeout:float=600) -> list[dict]:
-    "The same closed loop through HTTP: `concurrency` `openai.AsyncOpenAI` streaming clients (run on an event loop of their own thread)."
-    import openai                                                      # a development dependency (pip install -e ".[dev]")
-    async def main():
-        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
-        queue, rows, start = deque(prompts), [], time.perf_counter()
-        async def one_client():
-            while queue:
-                p = queue.popleft()
-                m = dict(arrival=time.perf_counter() - start)
-                s = await client.completions.create(model=model, prompt=p, max_tokens=max_tokens, temperature=0, stream=True,
-                                                    stream_options=dict(include_usage=True), extra_body=dict(ignore_eos=True))
-                async for c in s:
-                    if c.choices and c.choices[0].text: m.setdefault('first', time.perf_counter() - start)
-                    if c.usage: m['tokens'] = c.usage.completion_tokens
-                m['done'] = time.perf_counter() - start
-                m.setdefault('first', m['done'])
-                rows.append(m)
-        await asyncio.gather(*[one_client() for _ in range(min(concurrency, len(prompts)))])
-        await client.close()
-        return rows
-    box = {}
-    t = threading.Thread(target=lambda: box.update(rows=asyncio.run(main())))
-    t.start(); t.join(timeout)
-    if 'rows' not in box: raise RuntimeError("closed_loop_http did not finish (see the server's log)")
-    return box['rows']
-
-# %% ../nbs/08_serving.ipynb #08c00102
-def serve_bench(llm:LLM, concurrency=(1, 4, 16), requests:int=32, prompt_len:int=64, max_tokens:int=32,
-                max_batch_size:int=16, file=None) -> list[dict]:
-    "The same closed-loop workload on the `Engine` directly and through the HTTP server, at each concurrency; prints a table, returns its rows."
-    from minillm.batching import serving_metrics
-    file = file or sys.stdout
-    prompts = _bench_prompts(requests, prompt_len, llm.config.vocab_size)
-    llm.generate([[300, 301, 302]] * 2, max_new_tokens=2)                    # warm up
-    print(f"{requests} requests per level, prompt {prompt_len} tokens, {max_tokens} output tokens, greedy, "
-          f"{llm.model.dtype}, max_batch_size={max_batch_size}, {torch.get_num_threads()} threads", file=file)
-    print(f"{'clients':>7} {'system':8}{'tok/s':>8}{'TTFT p50':>10}{'p99':>8}{'TPOT p50':>10}{'p99':>8}  (ms)", file=file)
-    out = []
-    with Server(llm, max_batch_size=max_batch_size, max_tokens=max(max_tokens, 16)) as srv:
-        closed_loop_http(srv.base_url, llm.name, prompts[:2], 2, 2)           # warm up the HTTP path
-        for c in concurrency:
-            for system in ('engine', 'http'):
-                rows = (closed_loop_engine(llm, prompts, max_tokens, c, max_batch_size) if system == 'engine'
-                        else closed_loop_http(srv.base_url, llm.name, prompts, max_tokens, c))
-                m = dict(concurrency=c, system=system, **serving_metrics(rows))
-                out.append(m)
-                print(f"{c:7d} {system:8}{m['throughput']:8.1f}{m['ttft_p50']:10.0f}{m['ttft_p99']:8.0f}{m['tpot_p50']:10.1f}{m['tpot_p99']:8.1f}", file=file)
-    return out
-
-def plot_serve_bench(rows:list[dict], fig=None):
-    "Throughput and p50 time to first token against concurrency, engine directly and through HTTP; returns the figure."
-    from matplotlib.figure import Figure
-    fig = fig or Figure(figsize=(9, 3.2), dpi=80)
-    ax1, ax2 = fig.subplots(1, 2)
-    for i, s in enumerate(('engine', 'http')):
-        rs = [r for r in rows if r['system'] == s]
-        ax1.plot([r['concurrency'] for r in rs], [r['throughput'] for r in rs], marker='o', color=f"C{i}", label=s)
-        ax2.plot([r['concurrency'] for r in rs], [r['ttft_p50'] for r in rs], marker='o', color=f"C{i}", label=s)
-    cs = sorted({r['concurrency'] for r in rows})
-    for ax, label in ((ax1, 'output tokens/s'), (ax2, 'p50 time to first token (ms)')):
-        ax.set(xlabel='concurrent clients', ylabel=label, xscale='log'); ax.set_xticks(cs, [str(c) for c in cs])
-    ax1.legend(fontsize=8); fig.tight_layout()
-    return fig
