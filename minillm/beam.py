@@ -131,6 +131,12 @@ def _short(s:str, n:int=10) -> str:
     s = s.replace('\n', '\\n')
     return s if len(s) <= n else s[:n - 1] + '…'
 
+def _token_label(s:str) -> str:
+    "A token as a node label: punctuation and whitespace quoted, so that `.` or a space is not an empty-looking box."
+    return s if any(c.isalnum() for c in s) else repr(s)
+
+
+# %% ../nbs/05_beam.ipynb #b5treefn
 def plot_beam_tree(trace:list[dict],        # from search_beams(..., trace=[])
                    decode,                  # token id -> str
                    beams:list[Beam]=(),     # the returned hypotheses, highlighted (best in red)
@@ -176,7 +182,7 @@ def plot_beam_tree(trace:list[dict],        # from search_beams(..., trace=[])
             px, py = len(nodes[n['parent']]['ids']), ys[n['parent']]
             ax.plot([px, x], [py, y], color=color, alpha=a * (.9 if path is not None else .5), lw=2 if path is not None else .8, zorder=1)
             ax.text((px + x) / 2, (py + y) / 2, f"{n['token_logprob']:.2f}", fontsize=6, alpha=a, ha='center', va='bottom', color='0.35')
-        label = prompt if i == 0 else decode(n['token'])
+        label = prompt if i == 0 else _token_label(decode(n['token']))
         ax.text(x, y, _short(label, 14 if i == 0 else 10), fontsize=7, ha='center', va='center', alpha=a, zorder=2,
                 bbox=dict(boxstyle='round,pad=0.2', fc='white', ec=color, lw=1.2 if path is not None else .6, alpha=a))
         if n['status'] == 'finished': ax.text(x + .28, y, '■', fontsize=6, color=color, va='center', alpha=a)

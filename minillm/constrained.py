@@ -16,11 +16,11 @@ from .sampling import SamplingParams, process_logits, resolve_params, control_st
 from .loop import machine_info
 
 # %% auto #0
-__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'STRING_CHAR', 'MAX_DIGITS', 'SUPPORTED', 'BACKENDS', 'ByteDFA', 'utf8_sequences',
-           'regex_to_dfa', 'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer',
-           'Constraint', 'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex',
-           'compile_constraint', 'response_format_constraint', 'llg_tokenizer', 'llg_allowed', 'LLGConstraint',
-           'draw_allowed', 'constraint_explorer']
+__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'MAX_DIGITS', 'STRING_FORMATS', 'TYPES', 'KEYWORDS',
+           'SUPPORTED', 'REFUSED', 'ANY_KEY', 'BACKENDS', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa', 'prune',
+           'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
+           'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
+           'response_format_constraint', 'llg_tokenizer', 'llg_allowed', 'LLGConstraint']
 
 # %% ../nbs/05a_constrained.ipynb #cc000011
 DEAD = -1   # the state no string can leave: a token that leads here is forbidden
@@ -72,6 +72,17 @@ def _negate(ranges):
 _CATS = {'CATEGORY_DIGIT': [(48, 57)], 'CATEGORY_SPACE': [(9, 13), (32, 32)],
          'CATEGORY_WORD': [(48, 57), (65, 90), (95, 95), (97, 122)]}
 
+@functools.lru_cache(maxsize=None)
+def _unicode_cat(name:str) -> list[tuple[int, int]]:
+    "Code-point ranges of `\\d`, `\\s` or `\\w` as Python's `re` reads them on a `str` (Unicode), found by asking every code point once."
+    test = {'CATEGORY_DIGIT': str.isdecimal, 'CATEGORY_SPACE': str.isspace, 'CATEGORY_WORD': lambda c: c.isalnum() or c == '_'}[name]
+    out = []
+    for cp in range(MAX_CP + 1):
+        if test(chr(cp)):
+            if out and out[-1][1] == cp - 1: out[-1][1] = cp
+            else: out.append([cp, cp])
+    return _norm([tuple(r) for r in out])
+
 def utf8_sequences(lo:int, hi:int) -> list[list[tuple[int, int]]]:
     "The codepoints [lo, hi] as a list of UTF-8 byte-range sequences [(b_lo, b_hi), ...] (each byte independently in its range)."
     out = []
@@ -95,14 +106,21 @@ def _minus(ranges, cut):
     "Code-point ranges `ranges` without those in `cut`."
     return _negate(_norm(_negate(ranges) + list(cut)))
 
+# %% ../nbs/05a_constrained.ipynb #cc000025
+MAX_NFA_STATES = 60_000                                          # a bigger automaton is refused before it is built (see _nfa_size)
+
 class _NFA:
     "Thompson automaton over bytes: epsilon edges and byte-range edges."
-    def __init__(self, safe_groups=()): self.eps, self.edges, self.safe_groups, self.safe = [], [], set(safe_groups), False
+    def __init__(self, safe_groups=(), max_states:int=MAX_NFA_STATES):
+        self.eps, self.edges, self.safe_groups, self.safe, self.max_states = [], [], set(safe_groups), False, max_states
     def state(self):
+        if len(self.eps) >= self.max_states:
+            raise ValueError(f"the automaton would need more than {self.max_states:,} states (counted repetitions such as "
+                             "{0,32767} or maxLength/maxItems are unrolled one copy per count): use a smaller bound")
         self.eps.append([]); self.edges.append([]); return len(self.eps) - 1
 
     def chars(self, ranges):                                    # a set of codepoints -> fragment (start, end)
-        if self.safe: ranges = _minus(ranges, JSON_UNSAFE)       # inside a (?P<_json_...>) group: raw JSON-string characters only
+        if self.safe: ranges = _minus(ranges, JSON_UNSAFE)       # inside a (?P<_json...>) group: raw JSON-string characters only
         s, e = self.state(), self.state()
         for lo, hi in _norm(ranges):
             for seq in utf8_sequences(lo, hi):
@@ -151,6 +169,7 @@ class _NFA:
         return s, cur
 
     def _set(self, items, pattern):
+        "The code points of a class `[...]`: ASCII \\d \\w \\s for `regex=`, Python's Unicode ones inside a schema's pattern (what jsonschema checks)."
         from re import _constants as C
         ranges, neg = [], False
         for op, av in items:
@@ -159,13 +178,27 @@ class _NFA:
             elif op is C.RANGE: ranges.append(av)
             elif op is C.CATEGORY:
                 name = str(av)
-                base = _CATS.get(name.replace('NOT_', ''))
-                if base is None: raise ValueError(f"regex {pattern!r}: character category {name} is not supported")
+                if name.replace('NOT_', '') not in _CATS: raise ValueError(f"regex {pattern!r}: character category {name} is not supported")
+                base = _unicode_cat(name.replace('NOT_', '')) if self.safe else _CATS[name.replace('NOT_', '')]
                 ranges += _negate(base) if 'NOT_' in name else base
             else: raise ValueError(f"regex {pattern!r}: {op} inside [] is not supported")
         return _negate(ranges) if neg else _norm(ranges)
 
-def regex_to_dfa(pattern:str) -> ByteDFA:
+def _nfa_size(items) -> int:
+    "About how many NFA states `_NFA.build` makes for a parsed regex: counted repetitions multiply (checked before building)."
+    from re import _constants as C
+    n = 1
+    for op, av in items:
+        if op is C.SUBPATTERN: n += _nfa_size(av[3])
+        elif op is C.BRANCH: n += 2 + sum(_nfa_size(a) for a in av[1])
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            lo, hi, sub = av
+            n += 2 + _nfa_size(sub) * (lo + 1 if hi is C.MAXREPEAT else max(hi, 1))
+        else: n += 4
+    return n
+
+# %% ../nbs/05a_constrained.ipynb #cc000026
+def regex_to_dfa(pattern:str, max_states:int=MAX_NFA_STATES) -> ByteDFA:
     "Compile `pattern` (whole-output match) to a minimal `ByteDFA`: Python's own parser, then Thompson's NFA over UTF-8 bytes, subsets, Moore."
     from re import _parser
     if not isinstance(pattern, str): raise ValueError(f"regex must be a str, got {type(pattern).__name__}")
@@ -173,7 +206,10 @@ def regex_to_dfa(pattern:str) -> ByteDFA:
     try: tree = _parser.parse(re.sub(r'\(\?P<_json\d*>', lambda m: f"(?P<_json{next(n)}>", pattern))
     except Exception as e: raise ValueError(f"cannot parse regex {pattern!r}: {e}") from None
     if tree.state.flags & ~(re.UNICODE | re.ASCII): raise ValueError(f"regex {pattern!r}: flags are not supported")
-    nfa = _NFA(i for n, i in tree.state.groupdict.items() if n.startswith('_json'))
+    if (size := _nfa_size(list(tree))) > max_states:
+        raise ValueError(f"regex {pattern[:60]!r}: the automaton would need about {size:,} states, more than {max_states:,} (counted "
+                         "repetitions such as {0,32767}, or maxLength/maxItems, are unrolled one copy per count): use a smaller bound")
+    nfa = _NFA((i for n, i in tree.state.groupdict.items() if n.startswith('_json')), max_states)
     start, end = nfa.build(list(tree), pattern)
     # byte classes: bytes that no edge tells apart behave alike
     cuts = sorted({0, 256} | {x for es in nfa.edges for a, b, _ in es for x in (a, b + 1)})
@@ -202,12 +238,14 @@ def regex_to_dfa(pattern:str) -> ByteDFA:
             key = frozenset(tg)
             T = memo.get(key)
             if T is None: T = memo[key] = closure(tg)
-            if T not in ids: ids[T] = len(ids); accept.append(end in T); todo.append(T)
+            if T not in ids:
+                if len(ids) >= max_states: raise ValueError(f"regex {pattern[:60]!r}: the automaton would need more than {max_states:,} states")
+                ids[T] = len(ids); accept.append(end in T); todo.append(T)
             row[c] = ids[T]
         rows.append((ids[S], row))
     table = np.full((len(ids), n_cls), DEAD, np.int64)
     for i, row in rows: table[i] = row
-    table, start_s, acc = _minimize(table, 0, np.array(accept))
+    table, start_s, acc = _minimize(table, 0, np.array(accept)) if len(ids) <= 3000 else (table, 0, np.array(accept))   # Moore is O(S^2) on long chains
     return prune(ByteDFA(table[:, cls_of], start_s, acc, pattern))
 
 def _minimize(table, start, accept):
@@ -316,6 +354,7 @@ class TokenIndex:
         self.finished_ban = torch.ones(vocab.V, dtype=torch.bool)   # after a stop token only a stop token may follow
         self.finished_ban[self.stop] = False
         self.rows_built = 0
+        self._after = {}                                         # generated prefix (tuple of ids) -> state
 
     def _add(self, states):
         states = [s for s in states if s not in self.next]
@@ -352,14 +391,23 @@ class TokenIndex:
             todo = sorted(nxt - seen); seen |= nxt
         return self
 
+    def step(self, state, t:int):
+        "The state after one more token `t` (None: a stop token ended the text; DEAD: `t` leaves the language)."
+        if state == DEAD: return DEAD
+        if state is None: return None if t in self.vocab.stop_ids else DEAD
+        if t in self.vocab.stop_ids: return None if self.dfa.accept[state] else DEAD
+        return int(self.row(state)[t]) if 0 <= t < self.vocab.V else DEAD
+
     def state_after(self, ids) -> int:
         "The state after generating token `ids` from the start; None once a stop token ended the text; DEAD if `ids` leave the language."
-        s = self.dfa.start
-        for t in ids:
-            if s is None: return None if t in self.vocab.stop_ids else DEAD
-            if t in self.vocab.stop_ids: s = None if self.dfa.accept[s] else DEAD; continue
-            s = int(self.row(s)[t]) if 0 <= t < self.vocab.V else DEAD
-            if s == DEAD: return DEAD
+        key = tuple(ids)                                          # remembered per prefix: one step per new token, not a walk from the start
+        if key in self._after: return self._after[key]
+        if key and key[:-1] in self._after: s = self.step(self._after[key[:-1]], key[-1])
+        else:
+            s = self.dfa.start
+            for t in key: s = self.step(s, t)
+        self._after[key] = s
+        if len(self._after) > 4096: self._after.pop(next(iter(self._after)))   # forget the oldest prefix
         return s
 
     def __repr__(self): return f"TokenIndex({self.dfa!r}, {self.rows_built} of {self.dfa.n_states} states indexed)"
@@ -415,7 +463,9 @@ class Constraint:
         return self._index[tok]
 
     def apply(self, logits:torch.Tensor, tokens:torch.Tensor|None, n_prompt:int=0) -> torch.Tensor:
-        "Logits `(B, V)` with -inf on every token the format forbids after row b's generated tokens `tokens[b, n_prompt:]`."
+        """Logits `(B, V)` with -inf on every token the format forbids after row b's generated tokens `tokens[b, n_prompt:]`.
+        A row whose tokens already break the format (speculative decoding asks about every draft prefix, chapter 06) gets only the
+        stop tokens: the draft token that broke it was banned one row earlier, so the verifier rejects it there and never uses this row."""
         if tokens is None: raise ValueError("a constraint needs the tokens so far (tokens, n_prompt) to know where each row is in its format")
         V = logits.shape[-1]
         ix = self.index(V=V)
@@ -423,8 +473,7 @@ class Constraint:
         ban = torch.ones(logits.shape, dtype=torch.bool)
         for b, row in enumerate(tokens[:, n_prompt:].tolist()):
             s = ix.state_after(row)
-            if s == DEAD: raise ValueError(f"row {b}: the tokens generated so far {row[-8:]} (last 8) already break the format {self.regex[:80]!r}")
-            ban[b, :ix.vocab.V] = ix.finished_ban if s is None else ix.mask(s)
+            ban[b, :ix.vocab.V] = ix.finished_ban if s is None or s == DEAD else ix.mask(s)   # a broken prefix (a draft): only a stop
         return logits.masked_fill(ban.to(logits.device), float('-inf'))
 
     def allowed(self, text:str|bytes='', tokenizer:Tokenizer|None=None) -> list[int]:
@@ -473,12 +522,9 @@ def _nat_range(lo:int, hi:int) -> str:
     rec(lo, hi)
     return '(' + '|'.join(out) + ')'
 
+# %% ../nbs/05a_constrained.ipynb #cc000053
 STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'   # one character of a JSON string, escapes included
 MAX_DIGITS = 15                                                  # unbounded integers get at most this many digits
-
-SUPPORTED = {'type', 'properties', 'required', 'additionalProperties', 'enum', 'const', 'pattern', 'minLength', 'maxLength',
-             'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'items', 'minItems', 'maxItems', 'anyOf',
-             'title', 'description', '$schema', 'default', 'examples', '$id', '$comment'}
 
 def _at_least(lo, xlo) -> int:
     "The smallest integer k with k >= lo and k > xlo (either may be None; 0 when both are)."
@@ -498,7 +544,7 @@ def _number_regex(s:dict, integer:bool) -> str:
     H = -_at_least(None if hi is None else -hi, None if xhi is None else -xhi) if his else None
     if L is None and H is None: ipart = r'-?(0|[1-9][0-9]{0,%d})' % (MAX_DIGITS - 1)
     elif L is not None and H is not None and L > H:
-        if integer: raise ValueError(f"JSON schema: no integer lies within the bounds of {s}")
+        if integer: raise _Empty(f"JSON schema: no integer lies within the bounds of {s}")
         ipart = None
     else: ipart = int_range_regex(-big if L is None else L, big if H is None else H)
     if integer: return ipart
@@ -519,97 +565,329 @@ def _number_regex(s:dict, integer:bool) -> str:
         parts.append(str(int(xlo)) + nz)
     if xhi is not None and float(xhi).is_integer() and 0 <= -xhi <= nmax and (hi is None or hi >= xhi):  # -(|xhi| + f) < xhi
         parts.append('-' + str(int(-xhi)) + nz)
-    if not parts: raise ValueError(f"JSON schema: the bounds of {s} leave no number with at most 6 decimals")
+    if not parts:
+        if lo_all is not None and hi_all is not None and lo_all <= hi_all:
+            raise ValueError(f"JSON schema: the bounds of {s} lie inside one unit interval (k, k+1) with fractional ends; such "
+                             "ranges are not supported (a fraction is only written where no digit choice can cross a bound)")
+        raise _Empty(f"JSON schema: no number lies within the bounds of {s}")
     return '(' + '|'.join(parts) + ')'
 
+_D2 = r'(0[0-9]|1[0-9]|2[0-3])'
+STRING_FORMATS = {   # what each string format admits (a subset of its standard: what a validator with a format checker accepts)
+    'date': r'([1-9][0-9]{3}|0([1-9][0-9]{2}|0([1-9][0-9]|0[1-9])))-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))',  # no Feb 29
+    'time': _D2 + r':[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]' + _D2 + r':[0-5][0-9])',
+    'uuid': r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}',
+    'ipv4': r'((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])',
+    'email': r'[A-Za-z0-9._+-]{1,32}@[A-Za-z0-9-]{1,32}(\.[A-Za-z0-9-]{1,32}){1,3}',
+    'uri': r'https?://[A-Za-z0-9-]{1,32}(\.[A-Za-z0-9-]{1,32}){0,4}(/[A-Za-z0-9._~-]{0,32}){0,8}',
+}
+STRING_FORMATS['date-time'] = STRING_FORMATS['date'] + 'T' + STRING_FORMATS['time']
+
+def _pattern_body(p:str) -> tuple[str, bool, bool]:
+    "A schema `pattern` without its leading `^` and trailing `$` (a `\\$` is an escaped dollar), and whether each was there."
+    if not isinstance(p, str): raise ValueError(f"JSON schema: 'pattern' must be a string, got {p!r}")
+    start = p.startswith('^')
+    tail = len(p) - len(p.rstrip('$'))
+    end = tail > 0 and (len(p) - tail - len(p[:len(p) - tail].rstrip('\\'))) % 2 == 0   # an even run of backslashes before '$'
+    body = p[1 if start else 0: len(p) - 1 if end else len(p)]
+    from re import _parser, _constants as C
+    try: tree = _parser.parse(body)
+    except Exception as e: raise ValueError(f"JSON schema: cannot parse pattern {p!r}: {e}") from None
+    def lits(items):
+        for op, av in items:
+            if op is C.LITERAL: yield av
+            elif op is C.SUBPATTERN: yield from lits(av[3])
+            elif op is C.BRANCH:
+                for alt in av[1]: yield from lits(alt)
+            elif op in (C.MAX_REPEAT, C.MIN_REPEAT): yield from lits(av[2])
+    if (bad := [chr(c) for c in lits(tree) if c < 0x20 or c in (0x22, 0x5C)]):
+        raise ValueError(f"JSON schema: pattern {p!r} needs the character(s) {bad}, which JSON writes escaped; such patterns are not supported")
+    return body, start, end
+
 def _string_regex(s:dict) -> str:
-    lo, hi = s.get('minLength', 0), s.get('maxLength')
-    if 'pattern' in s:
-        if 'minLength' in s or 'maxLength' in s: raise ValueError("JSON schema: 'pattern' together with 'minLength'/'maxLength' is not supported")
-        p = s['pattern']
-        if not isinstance(p, str): raise ValueError(f"JSON schema: 'pattern' must be a string, got {p!r}")
-        start, end = p.startswith('^'), p.endswith('$') and not p.endswith(r'\$')
-        body = p[1 if start else 0: len(p) - 1 if end else len(p)]
-        # a group named _json keeps the pattern to raw JSON-string characters (see regex_to_dfa)
-        return '"' + ('' if start else STRING_CHAR + '*') + f"(?P<_json>{body})" + ('' if end else STRING_CHAR + '*') + '"'
+    "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; two of these together are refused."
     for k in ('minLength', 'maxLength'):
         if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
-    if hi is not None and hi < lo: raise ValueError(f"JSON schema: maxLength {hi} < minLength {lo}")
+    lo, hi = s.get('minLength', 0), s.get('maxLength')
+    fmt = s.get('format') if s.get('format') in STRING_FORMATS else None   # an unknown format is an annotation (JSON Schema 2020-12, 7.2.1)
+    given = [k for k in ('pattern', 'format') if k in s and (k != 'format' or fmt)] + (['minLength/maxLength'] if lo or hi is not None else [])
+    if len(given) > 1: raise ValueError(f"JSON schema: {' together with '.join(given)} on one string is not supported")
+    if fmt: return '"' + STRING_FORMATS[fmt] + '"'
+    if 'pattern' in s:
+        body, start, end = _pattern_body(s['pattern'])
+        # a group named _json keeps the pattern to raw JSON-string characters and Python's Unicode classes (see regex_to_dfa)
+        return '"' + ('' if start else STRING_CHAR + '*') + f"(?P<_json>{body})" + ('' if end else STRING_CHAR + '*') + '"'
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: maxLength {hi} < minLength {lo}")
     return '"' + STRING_CHAR + ('*' if lo == 0 and hi is None else f"{{{lo},{'' if hi is None else hi}}}") + '"'
 
-def schema_to_regex(schema, ws:str=r'[ ]?', _depth:int=0) -> str:
-    "A regex whose strings are the JSON texts valid against `schema` (a subset of JSON Schema; unsupported keywords raise a ValueError)."
-    if _depth > 16: raise ValueError("JSON schema nests deeper than 16 levels")
+# %% ../nbs/05a_constrained.ipynb #cc000054
+def _jkey(v) -> str: return json.dumps(v, sort_keys=True, ensure_ascii=False)   # JSON values compared as text
+
+class _Empty(ValueError):
+    "A schema (or an anyOf branch) that no JSON value satisfies."
+
+TYPES = ('string', 'integer', 'number', 'boolean', 'null', 'array', 'object')
+KEYWORDS = {   # the keywords this compiler enforces, by the type they constrain (None: every type)
+    None: {'type', 'enum', 'const', 'anyOf', 'allOf', 'oneOf', '$ref'},
+    'string': {'pattern', 'minLength', 'maxLength', 'format'},
+    'number': {'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'multipleOf'},
+    'array': {'items', 'prefixItems', 'minItems', 'maxItems', 'uniqueItems'},
+    'object': {'properties', 'required', 'additionalProperties', 'minProperties', 'maxProperties'},
+}
+SUPPORTED = set().union(*KEYWORDS.values())
+REFUSED = {'not', 'if', 'then', 'else', 'contains', 'minContains', 'maxContains', 'patternProperties', 'propertyNames',
+           'dependencies', 'dependentRequired', 'dependentSchemas', 'additionalItems', 'unevaluatedItems',
+           'unevaluatedProperties', '$dynamicRef', '$recursiveRef'}   # keywords that constrain and that this compiler cannot enforce
+# every other keyword (title, description, default, examples, $comment, $defs, x-..., a vendor's 'self', ...) is an annotation
+# or unknown: JSON Schema says to ignore it, and so does the compiler.
+
+def _norm_schema(s:dict) -> dict:
+    "Draft-04 spellings read the way draft-04 means them: a boolean exclusiveMinimum/Maximum turns its minimum/maximum exclusive."
+    s = dict(s)
+    for ex, b in (('exclusiveMinimum', 'minimum'), ('exclusiveMaximum', 'maximum')):
+        if isinstance(s.get(ex), bool):
+            if s.pop(ex) and b in s: s[ex] = s.pop(b)
+    if isinstance(s.get('items'), list):                          # draft-04..2019-09 tuples: items [..] + additionalItems
+        s['prefixItems'] = s.pop('items')
+        if 'additionalItems' in s: s['items'] = s.pop('additionalItems')
+    if s.get('uniqueItems') is False: del s['uniqueItems']
+    if s.get('multipleOf') == 1 and s.get('type') == 'integer': del s['multipleOf']
+    return s
+
+def _types(s:dict) -> set[str]:
+    "The JSON types a schema admits by its `type` (integer counts as a kind of number)."
+    t = s.get('type', list(TYPES))
+    ts = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+    if not ts or not ts <= set(TYPES): raise ValueError(f"JSON schema: type {t!r} must be one of {', '.join(TYPES)} or a list of them")
+    return ts
+
+_TIGHTER = {'minimum': max, 'exclusiveMinimum': max, 'minLength': max, 'minItems': max, 'minProperties': max,
+            'maximum': min, 'exclusiveMaximum': min, 'maxLength': min, 'maxItems': min, 'maxProperties': min}
+
+def _merge(a:dict, b:dict) -> dict:
+    "One schema that holds exactly when both `a` and `b` hold (allOf, or anyOf/$ref with siblings); a ValueError where that is not expressible."
+    a, b, out = _norm_schema(a), _norm_schema(b), None
+    out = dict(a)
+    for k, v in b.items():
+        if k not in a or a[k] == v:
+            out[k] = out.get(k, []) + v if k == 'allOf' and k in out and out[k] != v else v; continue
+        if k not in SUPPORTED | REFUSED: continue                 # annotations: keep the first
+        if k in _TIGHTER: out[k] = _TIGHTER[k](a[k], v)
+        elif k == 'type':
+            ta, tb = _types(a), _types(b)
+            both = (ta & tb) | ({'integer'} if ('integer' in ta and 'number' in tb) or ('number' in ta and 'integer' in tb) else set())
+            if not both: raise _Empty(f"JSON schema: no value is of type {a['type']!r} and of type {v!r}")
+            out[k] = sorted(both)
+        elif k == 'required': out[k] = list(dict.fromkeys(a[k] + v))
+        elif k in ('enum', 'const'):
+            va, vb = ([a[k]] if k == 'const' else a[k]), ([v] if k == 'const' else v)
+            keep = [x for x in va if _jkey(x) in {_jkey(y) for y in vb}]
+            if not keep: raise _Empty(f"JSON schema: two {k} lists share no value")
+            out.pop(k); out['enum'] = keep
+        elif k == 'properties':
+            if a.get('additionalProperties', True) is not True or b.get('additionalProperties', True) is not True:
+                if set(a[k]) != set(v): raise ValueError("JSON schema: combining two schemas with different 'properties' where one sets "
+                                                         "'additionalProperties' is not supported")
+            out[k] = {**a[k], **v, **{p: {'allOf': [a[k][p], v[p]]} for p in set(a[k]) & set(v) if a[k][p] != v[p]}}
+        elif k in ('items', 'additionalProperties') and isinstance(a[k], dict) and isinstance(v, dict): out[k] = {'allOf': [a[k], v]}
+        elif k in ('additionalProperties', 'items') and False in (a[k], v): out[k] = False
+        elif k == 'allOf': out[k] = out[k] + v
+        elif k == 'anyOf': out[k] = [{'allOf': [x, y]} for x in a[k] for y in v]   # (x1 or x2) and (y1 or y2): every pair
+        elif k == '$ref': out['allOf'] = out.get('allOf', []) + [{'$ref': v}]      # resolved later, one at a time
+        else: raise ValueError(f"JSON schema: cannot combine two different values of {k!r} ({_jkey(a[k])[:40]} and {_jkey(v)[:40]})")
+    if 'const' in out and 'enum' in out:                          # a const beside an enum (from the two sides)
+        keep = [x for x in out['enum'] if _jkey(x) == _jkey(out['const'])]
+        if not keep: raise _Empty("JSON schema: const is not among the enum values")
+        out.pop('const'); out['enum'] = keep
+    return out
+
+def _resolve(root, ref:str):
+    "The schema a local `$ref` (a JSON pointer into the root schema: '#', '#/$defs/Name', '#/definitions/Name') points to."
+    if not isinstance(ref, str) or not ref.startswith('#'): raise ValueError(f"JSON schema: only local $ref ('#/...') is supported, got {ref!r}")
+    node = root
+    for part in ref[1:].split('/')[1:]:
+        part = part.replace('~1', '/').replace('~0', '~')
+        if isinstance(node, dict) and part in node: node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node): node = node[int(part)]
+        else: raise ValueError(f"JSON schema: $ref {ref!r} points to nothing")
+    return node
+
+def _disjoint(a, b) -> bool:
+    "True when no value can satisfy both schemas, by a cheap sufficient test: different types, or a shared required property whose const/enum values differ."
+    if not (isinstance(a, dict) and isinstance(b, dict)): return False
+    try: ta, tb = _types(a), _types(b)
+    except ValueError: return False
+    if not ta & tb and not ({'integer', 'number'} & ta and {'integer', 'number'} & tb): return True
+    pa, pb = a.get('properties', {}), b.get('properties', {})
+    for k in set(a.get('required', [])) & set(b.get('required', [])) & set(pa) & set(pb):
+        va = [pa[k]['const']] if 'const' in pa[k] else pa[k].get('enum')
+        vb = [pb[k]['const']] if 'const' in pb[k] else pb[k].get('enum')
+        if va is not None and vb is not None and not {_jkey(x) for x in va} & {_jkey(x) for x in vb}: return True
+    return False
+
+# %% ../nbs/05a_constrained.ipynb #cc000055
+ANY_KEY = '"' + STRING_CHAR + '*"'
+
+def _array_regex(s:dict, rec, ws:str) -> str:
+    "An array: `prefixItems` in order, then `items` for the rest (False: no more), `minItems`..`maxItems` elements in all."
+    if s.get('uniqueItems') and s.get('maxItems', 2) > 1: raise ValueError("JSON schema feature not supported: 'uniqueItems' (unless maxItems <= 1)")
+    pre, rest = list(s.get('prefixItems', [])), s.get('items', True)
+    lo, hi = s.get('minItems', 0), s.get('maxItems')
+    for k, v in (('minItems', lo), ('maxItems', hi)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {v!r}")
+    if rest is False: hi = len(pre) if hi is None else min(hi, len(pre))
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: the array needs at least {lo} and at most {hi} items")
+    if hi is not None: pre = pre[:hi]
+    elems = [rec(x) for x in pre]
+    item = rec(rest) if rest is not False and (hi is None or hi > len(pre)) else None
+    sep = ',' + ws
+    def tail(i):                                                 # elements i.. (i >= 1 when preceded by a separator)
+        if i < len(elems):
+            piece = (sep if i else '') + elems[i] + tail(i + 1)
+            return piece if i < lo else f"({piece})?"
+        if item is None: return ''
+        a, b = max(lo - i, 0), None if hi is None else hi - i    # how many more items
+        if i == 0:                                               # no prefix: the first item has no separator
+            more = f"({sep}{item})" + ('*' if b is None and a <= 1 else f"{{{max(a - 1, 0)},{'' if b is None else b - 1}}}")
+            return f"{item}{more}" if a >= 1 else f"({item}{more})?"
+        return f"({sep}{item})" + ('*' if b is None and a == 0 else f"{{{a},{'' if b is None else b}}}")
+    return r'\[' + ws + tail(0) + ws + r'\]'
+
+def _object_regex(s:dict, rec, ws:str) -> str:
+    "An object: listed properties in the schema's order (optional ones may be left out; extras never written), or a map of any keys when none are listed."
+    props, req, addl = dict(s.get('properties', {})), list(s.get('required', [])), s.get('additionalProperties', True)
+    if not isinstance(props, dict) or not isinstance(req, list): raise ValueError("JSON schema: 'properties' must be a dict and 'required' a list")
+    lo, hi = s.get('minProperties', 0), s.get('maxProperties')
+    for k, v in (('minProperties', lo), ('maxProperties', hi)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {v!r}")
+    for r in req:                                                # a required name with no entry: any value its additionalProperties allows
+        if r not in props:
+            if addl is False: raise _Empty(f"JSON schema: property {r!r} is required but additionalProperties is false")
+            props[r] = addl
+    lo = max(lo, len(set(req)))
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: the object needs at least {lo} and at most {hi} properties")
+    if not props:
+        if addl is False or hi == 0:
+            if lo: raise _Empty("JSON schema: the object may hold no property but needs some")
+            return r'\{' + ws + r'\}'
+        if addl is True and lo == 0 and hi is None: return json_object_regex(ws=ws)
+        kv = ANY_KEY + ':' + ws + (json_value_regex(ws=ws) if addl is True else rec(addl))   # a map: any keys, values of one schema
+        more = f"(,{ws}{kv})" + ('*' if hi is None and lo <= 1 else f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}")
+        return r'\{' + ws + (f"{kv}{more}" if lo >= 1 else f"({kv}{more})?") + ws + r'\}'
+    if lo > len(props): raise ValueError(f"JSON schema: minProperties {lo} asks for more properties than the {len(props)} listed; not supported")
+    kv = {k: re.escape(json.dumps(k, ensure_ascii=False)) + ':' + ws + rec(v) for k, v in props.items()}
+    keys, memo, sep = list(props), {}, ',' + ws
+    counted = lo > len(set(req)) or (hi is not None and hi < len(props))   # the counts bind beyond what required says
+    cap = lo if hi is None else hi
+    def seq(i, n, first):                                        # properties i.. in schema order, n written before them (capped)
+        if i == len(keys): return '' if n >= lo or not counted else None
+        if (i, n, first) not in memo:
+            item, opt = ('' if first else sep) + kv[keys[i]], keys[i] not in req
+            if not counted and not first:                        # the common case, linear in the number of properties
+                memo[i, n, first] = (f"({item})?" if opt else item) + seq(i + 1, n, False)
+                return memo[i, n, first]
+            alts = []
+            if hi is None or n < hi:
+                if (r := seq(i + 1, min(n + 1, cap), False)) is not None: alts.append(item + r)
+            if opt and (r := seq(i + 1, n, first)) is not None: alts.append(r)
+            memo[i, n, first] = None if not alts else alts[0] if len(alts) == 1 else '(' + '|'.join(alts) + ')'
+        return memo[i, n, first]
+    body = seq(0, 0, True)
+    if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
+    return r'\{' + ws + body + ws + r'\}'
+
+# %% ../nbs/05a_constrained.ipynb #cc000056
+def schema_to_regex(schema, ws:str=r'[ ]?', _depth:int=0, _root=None, _refs:tuple=()) -> str:
+    "A regex whose strings are JSON texts valid against `schema`; a keyword it cannot enforce raises a ValueError naming it."
+    if _depth > 32: raise ValueError("JSON schema nests deeper than 32 levels")
+    root = schema if _root is None else _root
+    rec = lambda s, refs=_refs: schema_to_regex(s, ws, _depth + 1, root, refs)
     if schema is True or schema == {}: return json_value_regex(ws=ws)
-    if not isinstance(schema, dict): raise ValueError(f"JSON schema must be a dict (or True), got {type(schema).__name__}")
-    if (bad := sorted(set(schema) - SUPPORTED)): raise ValueError(f"JSON schema feature(s) not supported: {', '.join(bad)} "
-                                                               f"(supported: {', '.join(sorted(SUPPORTED - {'title', 'description', '$schema', 'default', 'examples', '$id', '$comment'}))})")
-    rec = lambda s: schema_to_regex(s, ws, _depth + 1)
-    if 'const' in schema: return re.escape(json.dumps(schema['const'], ensure_ascii=False))
-    if 'enum' in schema:
-        if not isinstance(schema['enum'], list) or not schema['enum']: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-        return '(' + '|'.join(re.escape(json.dumps(v, ensure_ascii=False)) for v in schema['enum']) + ')'
-    if 'anyOf' in schema:
-        subs = schema['anyOf']
-        if not isinstance(subs, list) or not subs: raise ValueError("JSON schema: 'anyOf' must be a non-empty list of schemas")
-        rest = {k: v for k, v in schema.items() if k != 'anyOf'}
-        return '(' + '|'.join(rec({**rest, **sub}) if isinstance(sub, dict) else rec(sub) for sub in subs) + ')'
-    t = schema.get('type')
-    if isinstance(t, list): return '(' + '|'.join(rec({**schema, 'type': x}) for x in t) + ')'
-    if t is None:
-        if 'properties' in schema: t = 'object'
-        elif 'items' in schema: t = 'array'
-        else: return json_value_regex(ws=ws)
-    if t == 'string': return _string_regex(schema)
-    if t in ('integer', 'number'): return _number_regex(schema, t == 'integer')
-    if t == 'boolean': return '(true|false)'
-    if t == 'null': return 'null'
-    if t == 'array':
-        items = schema.get('items', True)
-        if isinstance(items, list): raise ValueError("JSON schema feature not supported: 'items' as a list (tuple validation)")
-        item = rec(items)
-        lo, hi = schema.get('minItems', 0), schema.get('maxItems')
-        if hi is not None and hi < lo: raise ValueError(f"JSON schema: maxItems {hi} < minItems {lo}")
-        if hi == 0: return r'\[' + ws + r'\]'
-        more = f"(,{ws}{item})" + ('*' if hi is None and lo <= 1 else f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}")
-        body = f"{item}{more}"
-        return r'\[' + ws + (body if lo >= 1 else f"({body})?") + ws + r'\]'
-    if t == 'object':
-        props = schema.get('properties', {})
-        if not isinstance(props, dict): raise ValueError("JSON schema: 'properties' must be a dict")
-        req = schema.get('required', [])
-        if (missing := [r for r in req if r not in props]): raise ValueError(f"JSON schema: required properties {missing} have no entry in 'properties'")
-        if not props: return r'\{' + ws + r'\}' if schema.get('additionalProperties', True) is False else json_object_regex(ws=ws)
-        kv = {k: re.escape(json.dumps(k, ensure_ascii=False)) + ':' + ws + rec(v) for k, v in props.items()}
-        keys = list(props)
-        memo = {}
-        def seq(i, first):                                       # properties i.. in schema order; optional ones may be left out
-            if i == len(keys): return ''
-            if (i, first) in memo: return memo[i, first]
-            item = ('' if first else ',' + ws) + kv[keys[i]]
-            r = item + seq(i + 1, False)
-            if keys[i] not in req: r = f"({r}|{seq(i + 1, first)})" if seq(i + 1, first) else f"({r})?"
-            memo[i, first] = r
-            return r
-        return r'\{' + ws + seq(0, True) + ws + r'\}'
-    raise ValueError(f"JSON schema: type {t!r} is not one of string, integer, number, boolean, null, array, object")
+    if schema is False: raise _Empty("JSON schema: the schema false admits no value")
+    if not isinstance(schema, dict): raise ValueError(f"JSON schema must be a dict (or a boolean), got {type(schema).__name__}")
+    s = _norm_schema(schema)
+    if '$ref' in s:                                              # inline the target, AND-ed with the siblings (2019-09 and later)
+        ref = s.pop('$ref')
+        if ref in _refs: raise ValueError(f"JSON schema: $ref {ref!r} is recursive; a regular expression cannot nest without bound "
+                                          "(chapter 05b's grammars can)")
+        target = _resolve(root, ref)
+        return rec({'allOf': [s, target]} if s else target, _refs + (ref,))
+    if 'allOf' in s:
+        subs, refs = s.pop('allOf'), _refs
+        if not isinstance(subs, list) or not subs: raise ValueError("JSON schema: 'allOf' must be a non-empty list of schemas")
+        for sub in subs:
+            while isinstance(sub, dict) and '$ref' in sub:       # resolve references before merging (with the recursion guard)
+                sub = dict(sub); r = sub.pop('$ref')
+                if r in refs: raise ValueError(f"JSON schema: $ref {r!r} is recursive; a regular expression cannot nest without bound")
+                refs, t = refs + (r,), _resolve(root, r)
+                sub = t if not sub else {**sub, 'allOf': sub.get('allOf', []) + [t]}
+            if sub is False: raise _Empty("JSON schema: allOf holds false")
+            if sub is True: continue
+            if not isinstance(sub, dict): raise ValueError(f"JSON schema: allOf entries must be schemas, got {sub!r}")
+            s = _merge(s, sub)
+        return rec(s, refs)
+    for comb in ('anyOf', 'oneOf'):
+        if comb in s:
+            subs = s.pop(comb)
+            if not isinstance(subs, list) or not subs: raise ValueError(f"JSON schema: '{comb}' must be a non-empty list of schemas")
+            if comb == 'oneOf' and len(subs) > 1 and not all(_disjoint(*(_resolve(root, x['$ref']) if isinstance(x, dict) and '$ref' in x else x
+                                                                       for x in (a, b))) for i, a in enumerate(subs) for b in subs[i + 1:]):
+                raise ValueError("JSON schema feature not supported: 'oneOf' whose branches may overlap (only branches of different "
+                                 "types, or with a required property whose const/enum values differ, are exact as an anyOf)")
+            parts = []
+            for sub in subs:                                     # each branch AND its siblings; a branch no value satisfies drops out
+                try: parts.append(rec(s if sub is True else {'allOf': [s, sub]} if s else sub))
+                except _Empty: pass
+            if not parts: raise _Empty(f"JSON schema: no branch of {comb} can hold")
+            return '(' + '|'.join(parts) + ')'
+    if (bad := sorted(k for k in s if k in REFUSED or (k in ('uniqueItems', 'multipleOf') and s[k]))):
+        if bad != ['uniqueItems']: raise ValueError(f"JSON schema feature(s) not supported: {', '.join(bad)} (supported: {', '.join(sorted(SUPPORTED - {'multipleOf', 'uniqueItems'}))})")
+    if 'enum' in s or 'const' in s:                              # a finite set: keep the values the rest of the schema admits
+        vals = [s['const']] if 'const' in s else s['enum']
+        if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
+        if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
+        rest = {k: v for k, v in s.items() if k in SUPPORTED and k not in ('enum', 'const')}
+        texts = [json.dumps(v, ensure_ascii=False) for v in vals]
+        if rest:
+            check = regex_to_dfa(rec(rest))
+            texts = [t for t in texts if check.fullmatch(t)]
+        if not texts: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
+        return '(' + '|'.join(re.escape(t) for t in dict.fromkeys(texts)) + ')'
+    ts = _types(s)
+    if 'type' not in s:                                          # no type: only the types whose keywords appear (a sound narrowing)
+        named = {t for t in ('string', 'number', 'array', 'object') if any(k in s for k in KEYWORDS[t])}
+        if named: ts = named
+    if 'number' in ts: ts.discard('integer')
+    parts = []
+    for t in sorted(ts, key=TYPES.index):
+        try:
+            if t == 'string': parts.append(_string_regex(s))
+            elif t in ('integer', 'number'):
+                if s.get('multipleOf'): raise ValueError("JSON schema feature not supported: 'multipleOf'")
+                parts.append(_number_regex(s, t == 'integer'))
+            elif t == 'boolean': parts.append('(true|false)')
+            elif t == 'null': parts.append('null')
+            elif t == 'array': parts.append(_array_regex(s, rec, ws))
+            else: parts.append(_object_regex(s, rec, ws))
+        except _Empty:
+            if len(ts) == 1: raise
+    if not parts: raise _Empty(f"JSON schema: no value satisfies {s}")
+    return parts[0] if len(parts) == 1 else '(' + '|'.join(parts) + ')'
 
 def json_value_regex(depth:int=2, ws:str=r'[ ]?') -> str:
     "Any JSON value with at most `depth` levels of nested arrays/objects (JSON itself nests without limit, which no regex can express)."
     scalar = '(' + '|'.join(['"' + STRING_CHAR + '*"', r'-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,6})?', 'true', 'false', 'null']) + ')'
     v = scalar
     for _ in range(depth):
-        key = '"' + STRING_CHAR + '*"'
-        obj = r'\{' + ws + f"({key}:{ws}{v}(,{ws}{key}:{ws}{v})*)?" + ws + r'\}'
+        obj = r'\{' + ws + f"({ANY_KEY}:{ws}{v}(,{ws}{ANY_KEY}:{ws}{v})*)?" + ws + r'\}'
         arr = r'\[' + ws + f"({v}(,{ws}{v})*)?" + ws + r'\]'
         v = f"({scalar}|{obj}|{arr})"
     return v
 
 def json_object_regex(depth:int=3, ws:str=r'[ ]?') -> str:
     "Any JSON object (OpenAI's `json_object` mode) whose values nest at most `depth - 1` further levels."
-    key = '"' + STRING_CHAR + '*"'
     v = json_value_regex(depth - 1, ws)
-    return r'\{' + ws + f"({key}:{ws}{v}(,{ws}{key}:{ws}{v})*)?" + ws + r'\}'
+    return r'\{' + ws + f"({ANY_KEY}:{ws}{v}(,{ws}{ANY_KEY}:{ws}{v})*)?" + ws + r'\}'
 
 # %% ../nbs/05a_constrained.ipynb #cc000061
 def _key(v): return json.dumps(v, ensure_ascii=False)   # property order matters: the output follows it
@@ -713,15 +991,14 @@ class LLGConstraint:
         return c
 
     def matcher(self, tokenizer:Tokenizer, ids) -> 'llguidance.LLMatcher':
-        "A matcher that has consumed the generated tokens `ids`: the cached one for `ids`, the one for `ids[:-1]` advanced by one token, or a new one."
+        "A matcher that has consumed the generated tokens `ids`: the cached one for `ids`, the one for `ids[:-1]` advanced by one token, or a new one; None when `ids` break the format."
         llg, cache = _llguidance(), self._matchers.setdefault(tokenizer, {})
         key = tuple(ids)
         if key in cache: cache[key] = cache.pop(key); return cache[key]   # most recently used goes last
         if key and key[:-1] in cache: m, todo = cache.pop(key[:-1]), key[-1:]   # the usual step: one more token
         else: m, todo = llg.LLMatcher(llg_tokenizer(tokenizer), self.grammar), key   # a new row, or one rolled back
         for t in todo:
-            if not m.consume_token(t) or m.is_error():
-                raise ValueError(f"the tokens generated so far {list(key[-8:])} (last 8) already break the format {self.regex[:80]!r}")
+            if m is None or not m.consume_token(t) or m.is_error(): m = None   # the prefix breaks the format (a draft): no matcher
         cache[key] = m
         while len(cache) > self.max_prefixes: cache.pop(next(iter(cache)))
         return m
@@ -737,10 +1014,11 @@ class LLGConstraint:
         finished = []
         for b, row in enumerate(tokens[:, n_prompt:].tolist()):
             end = next((i for i, t in enumerate(row) if t in stops), None)
-            if end is None: llg.numpy.fill_next_token_bitmask(self.matcher(tok, row), bits, b)
-            else: self.matcher(tok, row[:end + 1]); finished.append(b)   # checks the text up to its stop token
+            m = self.matcher(tok, row if end is None else row[:end + 1])
+            if end is None and m is not None: llg.numpy.fill_next_token_bitmask(m, bits, b)
+            else: finished.append(b)                              # ended, or broken by a draft token: only stop tokens follow
         allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder='little')[:, :tok.vocab_size].astype(bool)
-        for b in finished: allowed[b] = False; allowed[b, sorted(stops)] = True   # finished: only stop tokens may follow (as in ours)
+        for b in finished: allowed[b] = False; allowed[b, sorted(stops)] = True   # as in ours
         ban = torch.ones(logits.shape, dtype=torch.bool)
         ban[:, :tok.vocab_size] = torch.from_numpy(~allowed)
         return logits.masked_fill(ban.to(logits.device), float('-inf'))
@@ -748,40 +1026,3 @@ class LLGConstraint:
     def __eq__(self, other): return isinstance(other, LLGConstraint) and (self.regex, self.tokenizer) == (other.regex, other.tokenizer)
     def __hash__(self): return hash(('llguidance', self.regex))
     def __repr__(self): return f"LLGConstraint({self.kind}, regex={self.regex[:60]!r}{'...' if len(self.regex) > 60 else ''})"
-
-
-# %% ../nbs/05a_constrained.ipynb #cc000111
-def draw_allowed(fig, c:Constraint, prefix:str, tokenizer:Tokenizer, n:int=24) -> str:
-    "Draw the vocabulary as a grid with the tokens `c` allows after `prefix` in blue; return a line listing some of them."
-    ix = c.index(tokenizer)
-    s = c.dfa.walk(c.dfa.start, prefix.encode())
-    allowed = np.zeros(ix.vocab.V, bool)
-    if s != DEAD: allowed[ix.allowed(s)] = True
-    W = 256
-    img = np.zeros(-(-ix.vocab.V // W) * W, bool); img[:ix.vocab.V] = allowed
-    ax = fig.subplots()
-    ax.imshow(img.reshape(-1, W), cmap='Blues', vmin=0, vmax=1.2, aspect='auto', interpolation='nearest')
-    ax.set(xlabel=f'token id mod {W}', ylabel=f'token id // {W}')
-    ax.set_title(f"{int(allowed.sum()):,} of {ix.vocab.V:,} tokens allowed after {prefix!r}" if s != DEAD else f"{prefix!r} already breaks the pattern", fontsize=10)
-    fig.tight_layout()
-    ids = allowed.nonzero()[0][:n].tolist()
-    return 'e.g. ' + ' '.join(repr(tokenizer.decode([i])) for i in ids) if ids else ''
-
-def constraint_explorer(llm, regex:str=r'[a-z]+@[a-z]+\.(com|org)', prefix:str='alice@'):
-    "An ipywidgets explorer: type a regex and a prefix, see which tokens may come next."
-    import ipywidgets as W
-    from minillm.sampling import FrameView
-    pat = W.Text(value=regex, description='regex', continuous_update=False, **control_style('95%'))
-    pre = W.Text(value=prefix, description='output so far', continuous_update=False, **control_style('95%'))
-    err = W.HTML()
-    def draw(fig, r, p): return draw_allowed(fig, compile_constraint(regex=r), p, llm.tokenizer)
-    view = FrameView(draw, figsize=(8, 3.4), dpi=80)
-    def redraw(*_):
-        try: compile_constraint(regex=pat.value); err.value = ''
-        except ValueError as e: err.value = f"<span style='color:#b00'>{e}</span>"; return
-        view.show(pat.value, pre.value)
-    for w in (pat, pre): w.observe(redraw, 'value')
-    redraw()
-    ui = W.VBox([pat, pre, err, view.out])
-    ui.view, ui.controls = view, dict(regex=pat, prefix=pre)
-    return ui

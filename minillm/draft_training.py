@@ -22,7 +22,7 @@ from .speculative import expected_tokens, expected_speedup, step_cost, precision
 __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weights_key', 'MedusaHeads', 'EagleDraft',
            'TrainedDraft', 'load_draft', 'SelfDrafter', 'run_trained_draft', 'untrained_draft', 'draft_cost',
            'train_prompts', 'pydoc_text', 'DistillData', 'answer_greedy', 'distill_data', 'frequent_tokens',
-           'train_draft', 'draft_accuracy']
+           'train_draft', 'draft_guesses', 'draft_accuracy']
 
 # %% ../nbs/06a_draft_training.ipynb #c1feat
 def _check_int(name, v, lo):
@@ -126,32 +126,36 @@ class TrainedDraft:
         if k not in self._casts: self._casts[k] = copy.deepcopy(self.module).to(device=device, dtype=dtype).eval().requires_grad_(False)
         return self._casts[k]
 
-    def save(self, path):
-        "Write the draft's weights, vocabulary, target key and training report to `path` (the target's own weights are not stored)."
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        cfg = asdict(self.module.cfg) if self.kind == 'eagle' else dict(dim=self.module.lins[0].in_features, num_heads=self.module.num_heads)
-        torch.save(dict(format='minillm-draft-1', kind=self.kind, config=cfg, state=self.module.state_dict(), vocab=self.vocab,
-                        target_key=self.target_key, info=self.info), path)
 
-    @classmethod
-    def load(cls, path, llm:LLM|None=None) -> 'TrainedDraft':
-        "Read a draft written by `save`; with `llm`, refuse (ValueError) a draft trained for another target."
-        path = Path(path)
-        if not path.exists(): raise ValueError(f"no draft file at {path}")
-        try: d = torch.load(path, weights_only=True)
-        except Exception as e: raise ValueError(f"{path} is not a minillm draft file: {e}") from e
-        if not isinstance(d, dict) or d.get('format') != 'minillm-draft-1': raise ValueError(f"{path} is not a minillm draft file")
-        m = EagleDraft(ModelConfig(**d['config'])) if d['kind'] == 'eagle' else MedusaHeads(**d['config'])
-        m.load_state_dict(d['state'])
-        out = cls(d['kind'], m, d['vocab'], d['target_key'], d['info'])
-        if llm is not None: out.check_target(llm)
-        return out
+# %% ../nbs/06a_draft_training.ipynb #c4save1
+@patch
+def save(self:TrainedDraft, path):
+    "Write the draft's weights, vocabulary, target key and training report to `path` (the target's own weights are not stored)."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    cfg = asdict(self.module.cfg) if self.kind == 'eagle' else dict(dim=self.module.lins[0].in_features, num_heads=self.module.num_heads)
+    torch.save(dict(format='minillm-draft-1', kind=self.kind, config=cfg, state=self.module.state_dict(), vocab=self.vocab,
+                    target_key=self.target_key, info=self.info), path)
 
-    def __repr__(self):
-        what = f"{self.module.num_heads} heads" if self.kind == 'medusa' else "1 layer"
-        voc = 'full vocabulary' if self.vocab is None else f"{len(self.vocab)} tokens"
-        n = sum(p.numel() for p in self.module.parameters())
-        return f"TrainedDraft({self.kind}, {what}, {n / 1e6:.2f}M params, head over {voc}{', prompt lookup first' if self.lookup else ''}, target {self.target_key})"
+@patch(cls_method=True)
+def load(cls:TrainedDraft, path, llm:LLM|None=None) -> 'TrainedDraft':
+    "Read a draft written by `save`; with `llm`, refuse (ValueError) a draft trained for another target."
+    path = Path(path)
+    if not path.exists(): raise ValueError(f"no draft file at {path}")
+    try: d = torch.load(path, weights_only=True)
+    except Exception as e: raise ValueError(f"{path} is not a minillm draft file: {e}") from e
+    if not isinstance(d, dict) or d.get('format') != 'minillm-draft-1': raise ValueError(f"{path} is not a minillm draft file")
+    m = EagleDraft(ModelConfig(**d['config'])) if d['kind'] == 'eagle' else MedusaHeads(**d['config'])
+    m.load_state_dict(d['state'])
+    out = cls(d['kind'], m, d['vocab'], d['target_key'], d['info'])
+    if llm is not None: out.check_target(llm)
+    return out
+
+@patch
+def __repr__(self:TrainedDraft):
+    what = f"{self.module.num_heads} heads" if self.kind == 'medusa' else "1 layer"
+    voc = 'full vocabulary' if self.vocab is None else f"{len(self.vocab)} tokens"
+    n = sum(p.numel() for p in self.module.parameters())
+    return f"TrainedDraft({self.kind}, {what}, {n / 1e6:.2f}M params, head over {voc}{', prompt lookup first' if self.lookup else ''}, target {self.target_key})"
 
 def load_draft(path, llm:LLM) -> TrainedDraft:
     "Load a saved draft for the target `llm`; a draft trained on another model raises a ValueError."
@@ -209,39 +213,44 @@ class SelfDrafter:
         self.rounds.append((len(d), n))
         self._last = None
 
-    def propose(self, tokens:list[int], k:int, probs):
-        "Up to `k` draft tokens after `tokens` and their draft distributions (None when greedy)."
-        self._record(tokens)
-        L, j = len(tokens), len(tokens) - 2                                # features are known up to position L-2
-        if j < 0 or k < 1: return [], None
-        if self.draft.lookup and (look := prompt_lookup(tokens, k, 3, 2)):
-            self._last = (L, look)
-            return look, None                                              # deterministic: q is one-hot
-        out, qs, hist = [], [], list(tokens)
-        def pick(z):
-            t, q = probs(self._full(z), hist)
-            out.append(t); hist.append(t)
-            if q is not None: qs.append(q)
-            return t
-        with torch.inference_mode():
-            if self.kind == 'medusa':
-                z = F.linear(self.net(self.feats[j], min(k, self.net.num_heads)), self.W)   # (k, K): all heads at once
-                for i in range(z.shape[0]): pick(z[i:i + 1])
-            else:
-                emb, n0, dev = self.llm.model.embed_tokens, min(self.n_fed, j), self.feats.device
-                self.cache.set_lengths(n0)                                   # forget last round's own guesses
-                pos = torch.arange(n0, j + 1, device=dev)[None]
-                g = self.net(self.feats[n0:j + 1][None], emb(torch.tensor([tokens[n0 + 1:L]], device=dev)), pos, self.cache)[:, -1:]
-                self.n_fed = j + 1
-                for i in range(k):
-                    t = pick(F.linear(g[0], self.W))                         # (1, K)
-                    if i < k - 1: g = self.net(g, emb(torch.tensor([[t]], device=dev)), torch.tensor([[j + 1 + i]], device=dev), self.cache)
-        self._last = (L, out)
-        return out, (torch.cat(qs) if qs else None)
 
-    def finish(self, tokens:list[int]):
-        "Record the last round, given the final token list."
-        self._record(tokens)
+# %% ../nbs/06a_draft_training.ipynb #c6prop1
+@patch
+def propose(self:SelfDrafter, tokens:list[int], k:int, probs):
+    "Up to `k` draft tokens after `tokens` and their draft distributions (None when greedy)."
+    self._record(tokens)
+    L, j = len(tokens), len(tokens) - 2                                # features are known up to position L-2
+    if j < 0 or k < 1: return [], None
+    if self.draft.lookup and (look := prompt_lookup(tokens, k, 3, 2)):
+        self._last = (L, look)
+        return look, None                                              # deterministic: q is one-hot
+    out, qs, hist = [], [], list(tokens)
+    def pick(z):
+        t, q = probs(self._full(z), hist)
+        out.append(t); hist.append(t)
+        if q is not None: qs.append(q)
+        return t
+    with torch.inference_mode():
+        if self.kind == 'medusa':
+            z = F.linear(self.net(self.feats[j], min(k, self.net.num_heads)), self.W)   # (k, K): all heads at once
+            for i in range(z.shape[0]): pick(z[i:i + 1])
+        else:
+            emb, n0, dev = self.llm.model.embed_tokens, min(self.n_fed, j), self.feats.device
+            self.cache.set_lengths(n0)                                   # forget last round's own guesses
+            pos = torch.arange(n0, j + 1, device=dev)[None]
+            g = self.net(self.feats[n0:j + 1][None], emb(torch.tensor([tokens[n0 + 1:L]], device=dev)), pos, self.cache)[:, -1:]
+            self.n_fed = j + 1
+            for i in range(k):
+                t = pick(F.linear(g[0], self.W))                         # (1, K)
+                if i < k - 1: g = self.net(g, emb(torch.tensor([[t]], device=dev)), torch.tensor([[j + 1 + i]], device=dev), self.cache)
+    self._last = (L, out)
+    return out, (torch.cat(qs) if qs else None)
+
+@patch
+def finish(self:SelfDrafter, tokens:list[int]):
+    "Record the last round, given the final token list."
+    self._record(tokens)
+
 
 # %% ../nbs/06a_draft_training.ipynb #c7gen
 from .loop import GenerateMode, register_mode, stream_below
@@ -304,6 +313,8 @@ def pydoc_text(max_chars:int|None=None) -> str:
     s = '\n\n'.join(topics[k] for k in sorted(topics))
     return s if max_chars is None else s[:max_chars]
 
+
+# %% ../nbs/06a_draft_training.ipynb #e1data1
 @dataclass
 class DistillData:
     "Self-distillation data: token windows with the frozen target's final hidden states and greedy next tokens."
@@ -342,6 +353,8 @@ def answer_greedy(llm:LLM, prompts:list, max_new_tokens:int, batch_size:int=16) 
             out.append(i + a[:cut])
     return out
 
+
+# %% ../nbs/06a_draft_training.ipynb #e1data2
 def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_tokens:int=8_000, answer_tokens:int=96,
                  cache:bool=True, progress:bool=True) -> DistillData:
     "Run the frozen target over `texts` (strings or token-id lists; default: `pydoc_text()`) cut into `window`-token pieces, and over `prompts` answered by the target itself (chat messages; default: `train_prompts()`), keeping its hidden states and greedy next tokens. Cached by target and arguments."
@@ -374,6 +387,8 @@ def distill_data(llm:LLM, texts=None, prompts=None, *, window:int=256, max_text_
         torch.save(dict(ids=out.ids, feats=[f.half() for f in out.feats], nxt=out.nxt, source=out.source, starts=out.starts, key=key), path)
     return out
 
+
+# %% ../nbs/06a_draft_training.ipynb #e1data3
 def _split(data:DistillData, frac:float=0.1):
     "Hold out every tenth chat window (the target's own answers) for validation."
     chat = [i for i, s in enumerate(data.source) if s == 'chat']
@@ -386,12 +401,15 @@ def _stop_split(data:DistillData, tr:list[int], frac:float=0.1):
     stop = set(chat[len(chat) // 20::max(1, round(1 / frac))]) if len(chat) >= 10 else set()
     return [i for i in tr if i not in stop], sorted(stop)
 
-def frequent_tokens(data:DistillData, K:int) -> torch.Tensor:
-    "The `K` tokens the target predicts most often in `data` (its own outputs), sorted by id."
-    V = int(max(int(n.max()) for n in data.nxt)) + 1
-    counts = torch.bincount(torch.cat(data.nxt), minlength=V).float()
+def frequent_tokens(data:DistillData, K:int, idx=None) -> torch.Tensor:
+    "The `K` tokens the target predicts most often in the windows `idx` of `data` (default: all; its own outputs), sorted by id."
+    nxt = data.nxt if idx is None else [data.nxt[i] for i in idx]
+    if not nxt: raise ValueError("frequent_tokens needs at least one window")
+    V = int(max(int(n.max()) for n in nxt)) + 1
+    counts = torch.bincount(torch.cat(nxt), minlength=V).float()
     if K > counts.numel(): counts = torch.cat([counts, torch.zeros(K - counts.numel())])
     return counts.topk(K).indices.sort().values
+
 
 # %% ../nbs/06a_draft_training.ipynb #f1train
 def _labels(data:DistillData, idx, num_heads:int, vmap:torch.Tensor):
@@ -411,6 +429,8 @@ def _medusa_step(net, W, Fb, Yb, weights):
     losses = [F.cross_entropy(z[:, i], Yb[:, i], ignore_index=-100) for i in range(z.shape[1])]
     return sum(w * l for w, l in zip(weights, losses))
 
+
+# %% ../nbs/06a_draft_training.ipynb #f1eagle
 def _eagle_batch(data, idx, B, T, gen):
     "B random chunks of T+1 positions from the windows `idx`: features, tokens, target next tokens."
     f, x, y = [], [], []
@@ -439,10 +459,10 @@ def _eagle_loss(net, emb, W, vmap, f, x, y, unroll:int=2, reg:float=1.0):
         inp = torch.cat([f[:, :1], g[:, :-1]], 1)                          # next pass: its own guesses as inputs
     return total / unroll
 
-def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
-                vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
-                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
-    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`. The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
+
+# %% ../nbs/06a_draft_training.ipynb #f1loop
+def _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, max_steps, vocab_size, lr, evals, unroll):
+    "Raise a ValueError naming the first `train_draft` argument that is out of range."
     if kind not in KINDS: raise ValueError(f"kind must be \"medusa\" or \"eagle\", got {kind!r}")
     if isinstance(max_minutes, bool) or not isinstance(max_minutes, (int, float)) or not max_minutes > 0:
         raise ValueError(f"max_minutes must be a number > 0, got {max_minutes!r}")
@@ -453,22 +473,31 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         raise ValueError(f"vocab_size must be None (the full vocabulary) or an integer in 1..{V}, got {vocab_size!r}")
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr!r}")
     _check_int('evals', evals, 0); _check_int('unroll', unroll, 1)
+
+
+# %% ../nbs/06a_draft_training.ipynb #f1loop2
+def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
+                vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
+                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
+    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`, whichever ends first (the learning-rate decay and the early-stopping checks follow it). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often in the training windows (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
+    _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, max_steps, vocab_size, lr, evals, unroll)
+    V = llm.config.vocab_size
     data = distill_data(llm, progress=progress) if data is None else data
     key = weights_key(llm)
     if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
-    spec = json.dumps(dict(kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
+    spec = json.dumps(dict(recipe=2, kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
                            v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, e=evals, u=unroll if kind == 'eagle' else None, seed=seed))
     path = cache_dir() / 'drafts' / f"{kind}-{key}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}.pt"
     if cache and path.exists(): return TrainedDraft.load(path, llm)
 
     torch.manual_seed(seed); gen = torch.Generator().manual_seed(seed)
     m = llm.model
-    vocab = None if vocab_size is None else frequent_tokens(data, vocab_size)
+    tr, va = _split(data)                                                  # va: held-out answers, for the report only
+    vocab = None if vocab_size is None else frequent_tokens(data, vocab_size, tr)   # chosen without the held-out answers
     vmap = torch.arange(V) if vocab is None else torch.full((V,), -100, dtype=torch.long).index_copy_(0, vocab, torch.arange(len(vocab)))
     W = head_weight(m).detach().float().cpu()
     W = W if vocab is None else W[vocab]                                   # (K, C) frozen
     emb = nn.Embedding.from_pretrained(m.embed_tokens.weight.detach().float().cpu(), freeze=True)
-    tr, va = _split(data)
     tr, st = _stop_split(data, tr) if evals else (tr, [])
     net = MedusaHeads(m.cfg.dim, num_heads) if kind == 'medusa' else EagleDraft(m.cfg)
     net.train()
@@ -487,11 +516,12 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
     losses, step, el, dts = [], 0, 0.0, []
     budget = 60 * max_minutes
+    progress_ = lambda: max(el / budget, step / max_steps if max_steps else 0.0)   # the budget, time or steps, nearer its end
     bar = tqdm(total=round(budget), desc=f"train {kind}", unit='s', disable=not progress, leave=False)
     while True:
         done = el >= budget or (max_steps is not None and step >= max_steps)
-        if st and (el >= next_check or done):                             # early stopping: keep the best weights seen
-            checks.append((step, stop_loss())); next_check += budget / evals
+        if st and (progress_() >= next_check or done):                    # early stopping: keep the best weights seen
+            checks.append((step, stop_loss())); next_check += 1 / evals
             if checks[-1][1] < best[0]: best = (checks[-1][1], step, copy.deepcopy(net.state_dict()))
         if done: break
         t0 = time.perf_counter()
@@ -501,7 +531,7 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         else:
             f, x, y = _eagle_batch(data, tr, max(1, batch_size // seq_len), seq_len, gen)
             loss = _eagle_loss(net, emb, W, vmap, f, x, y, unroll=unroll)
-        lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, el / budget)))   # warm-up, cosine over the time budget
+        lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, progress_())))   # warm-up, cosine over the budget
         for g_ in opt.param_groups: g_['lr'] = lr_now
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()
         losses.append(loss.item()); step += 1
@@ -520,11 +550,8 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     return d
 
 # %% ../nbs/06a_draft_training.ipynb #f2acc
-def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:int=4, max_chains:int=400) -> dict:
-    "Chains of `k` greedy guesses from positions of the target's answers in windows `idx` (default: all; evenly spaced, at most `max_chains`), compared with the target's own greedy tokens: top-1 accuracy of guess i, and how many leading guesses are right (the tokens a greedy round accepts, not counting the target's bonus token)."
-    idx = range(len(data.ids)) if idx is None else idx
-    total = sum(max(0, len(data.ids[w]) - k - max(data.starts[w] - 2, 0)) for w in idx)
-    stride = max(1, math.ceil(total / max_chains))
+def draft_guesses(draft:TrainedDraft, llm:LLM, data:DistillData, w:int, ts:list[int], k:int=4) -> torch.Tensor:
+    "The greedy chains of `k` guesses `draft` makes from positions `ts` of window `w` of `data` (as its drafter would after accepting the window's first t+1 tokens): (len(ts), k) token ids."
     m, dev = llm.model, 'cpu'
     net = draft.module_for(torch.float32, dev)
     W = head_weight(m).detach().float().cpu()
@@ -532,30 +559,39 @@ def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:in
     Wk = W if vocab is None else W[vocab]
     emb = m.embed_tokens.weight.detach().float().cpu()
     to_id = (lambda z: z.argmax(-1)) if vocab is None else (lambda z: vocab[z.argmax(-1)])
-    hits, n_acc = torch.zeros(k), []
+    f, x = data.feats[w], data.ids[w]
+    T = len(x)
     with torch.inference_mode():
-        for w in idx:
-            f, x, y, s0 = data.feats[w], data.ids[w], data.nxt[w], data.starts[w]
-            T = len(x)
-            ts = list(range(max(s0 - 2, 0), T - k))[::stride]          # chains whose k labels all lie in the window
-            if not ts: continue
-            if draft.kind == 'medusa':
-                guess = to_id(F.linear(net(f[ts], k), Wk))                  # (n, k)
-            else:
-                cache = KVCache(1, 1, net.cfg.n_kv_heads, net.cfg.head_dim, T + k, dtype=torch.float32)
-                out = net(f[None, :T - 1], emb[x[1:]][None], torch.arange(T - 1)[None], cache)[0]   # (T-1, C) step 1 at every t
-                guess = torch.zeros(len(ts), k, dtype=torch.long)
-                for r, t in enumerate(ts):
-                    g = out[t:t + 1][None]
-                    cache.set_lengths(t + 1)
-                    for i in range(k):
-                        tok = int(to_id(F.linear(g[0, 0], Wk)))
-                        guess[r, i] = tok
-                        if i < k - 1: g = net(g, emb[[tok]][None], torch.tensor([[t + 1 + i]]), cache)
-            labels = torch.stack([y[torch.tensor(ts) + 1 + i] for i in range(k)], 1)   # (n, k) target greedy tokens
-            ok = guess == labels
-            hits += ok.float().sum(0)
-            n_acc.append(ok.long().cumprod(1).sum(1))
+        if draft.kind == 'medusa': return to_id(F.linear(net(f[ts], k), Wk))       # (n, k): all heads read h_t
+        cache = KVCache(1, 1, net.cfg.n_kv_heads, net.cfg.head_dim, T + k, dtype=torch.float32)
+        out = net(f[None, :T - 1], emb[x[1:]][None], torch.arange(T - 1)[None], cache)[0]   # (T-1, C) step 1 at every t
+        guess = torch.zeros(len(ts), k, dtype=torch.long)
+        for r in sorted(range(len(ts)), key=lambda r: -ts[r]):            # latest chain first: see below
+            t = ts[r]
+            g = out[t:t + 1][None]
+            cache.set_lengths(t + 1)                                         # slots 0..t hold the true pairs ...
+            for i in range(k):
+                tok = int(to_id(F.linear(g[0, 0], Wk)))
+                guess[r, i] = tok
+                if i < k - 1: g = net(g, emb[[tok]][None], torch.tensor([[t + 1 + i]]), cache)   # ... and this writes slots t+1.. over them,
+    return guess                                                             # which chains from earlier positions never read
+
+def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:int=4, max_chains:int=400) -> dict:
+    "Chains of `k` greedy guesses from positions of the target's answers in windows `idx` (default: all; evenly spaced, at most `max_chains`), compared with the target's own greedy tokens: top-1 accuracy of guess i, and how many leading guesses are right (the tokens a greedy round accepts, not counting the target's bonus token)."
+    idx = range(len(data.ids)) if idx is None else idx
+    total = sum(max(0, len(data.ids[w]) - k - max(data.starts[w] - 2, 0)) for w in idx)
+    stride = max(1, math.ceil(total / max_chains))
+    hits, n_acc = torch.zeros(k), []
+    for w in idx:
+        y, T = data.nxt[w], len(data.ids[w])
+        ts = list(range(max(data.starts[w] - 2, 0), T - k))[::stride]      # chains whose k labels all lie in the window
+        if not ts: continue
+        guess = draft_guesses(draft, llm, data, w, ts, k)
+        labels = torch.stack([y[torch.tensor(ts) + 1 + i] for i in range(k)], 1)   # (n, k) target greedy tokens
+        ok = guess == labels
+        hits += ok.float().sum(0)
+        n_acc.append(ok.long().cumprod(1).sum(1))
     n_acc = torch.cat(n_acc)
     return dict(k=k, positions=len(n_acc), accuracy=(hits / len(n_acc)).tolist(),
                 accepted_hist=torch.bincount(n_acc, minlength=k + 1).tolist(), mean_accepted=n_acc.float().mean().item())
+

@@ -113,14 +113,6 @@ class BoundedCache:
         self.shape, self.dtype, self.device = (n_layers, batch_size, n_kv_heads, head_dim), dtype, torch.device(device or 'cpu')
         self.reset()
 
-    @classmethod
-    def for_model(cls, model:Transformer, batch_size:int=1, dtype=None, device=None, **kw):
-        "A cache of this kind shaped for `model`, on its device and in its dtype unless told otherwise."
-        cfg = model.cfg
-        c = cls(cfg.n_layers, batch_size, cfg.n_kv_heads, cfg.head_dim, dtype=dtype or model.dtype, device=device or model.device, **kw)
-        c.cfg = cfg
-        return c
-
     n_layers = property(lambda self: self.shape[0])
     batch_size = property(lambda self: self.shape[1])
     n_kv_heads = property(lambda self: self.shape[2])
@@ -145,10 +137,6 @@ class BoundedCache:
     def lengths(self) -> torch.Tensor:
         "Position of the next token of each row `(B,)` (the model places new tokens there)."
         return torch.full((self.batch_size,), self.next_position, dtype=torch.long)
-    @property
-    def nbytes(self) -> int:
-        "Bytes held by the keys and values now."
-        return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v)
 
     def update(self, layer:int, k:torch.Tensor, v:torch.Tensor):
         "Append new keys/values `(B, H_kv, T, D)` of `layer`; return everything held `(B, H_kv, n, D)` and a causal mask for the T new queries."
@@ -177,54 +165,82 @@ class BoundedCache:
 
     def evict(self, T:int): pass
 
-    def _drop_last(self, n:int):
-        for i in range(self.n_layers): self.k[i], self.v[i] = self.k[i][:, :, :self.held - n], self.v[i][:, :, :self.held - n]
 
-    def rollback(self, n:int, row=None):
-        "Forget the newest `n` tokens (speculative decoding), if they are still held."
-        if row is not None and self.batch_size > 1: raise ValueError(f"{type(self).__name__}: rows cannot be rolled back one at a time")
-        if not isinstance(n, int) or n < 0: raise ValueError(f"{type(self).__name__}.rollback: n must be an integer >= 0, got {n!r}")
-        if n > self._newest_held():
-            raise ValueError(f"{type(self).__name__}.rollback: only the newest {self._newest_held()} tokens can be dropped, asked for {n}")
-        self._drop_last(n); self.pos -= n
-        return self
+# %% ../nbs/11_long_context.ipynb #lc-bnd-more
+@patch(cls_method=True)
+def for_model(cls:BoundedCache, model:Transformer, batch_size:int=1, dtype=None, device=None, **kw):
+    "A cache of this kind shaped for `model`, on its device and in its dtype unless told otherwise."
+    cfg = model.cfg
+    c = cls(cfg.n_layers, batch_size, cfg.n_kv_heads, cfg.head_dim, dtype=dtype or model.dtype, device=device or model.device, **kw)
+    c.cfg = cfg
+    return c
 
-    def _newest_held(self) -> int: return self.held
+@patch(as_prop=True)
+def nbytes(self:BoundedCache) -> int:
+    "Bytes held by the keys and values now."
+    return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v)
 
-    def crop(self, n:int):
-        "Keep at most the first `n` positions (as `KVCache.crop`)."
-        if not isinstance(n, int) or n < 0: raise ValueError(f"{type(self).__name__}.crop: n must be an integer >= 0, got {n!r}")
-        return self.rollback(max(0, self.next_position - n))
+@patch
+def __repr__(self:BoundedCache):
+    return (f"{type(self).__name__}(layers={self.n_layers}, batch={self.batch_size}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
+            f"seen={self.pos}, held={self.held}, {self.nbytes / 2**20:.2f} MiB)")
 
-    def reorder(self, index):
-        "Row `i` becomes a copy of row `index[i]` (beam search)."
-        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        if len(index) != self.batch_size or ((index < 0) | (index >= self.batch_size)).any():
-            raise ValueError(f"{type(self).__name__}.reorder: need one parent row in 0..{self.batch_size - 1} per row, got {index.tolist()}")
-        idx = index.to(self.device)
-        self.k = [t[idx] for t in self.k]; self.v = [t[idx] for t in self.v]
-        return self
+@patch
+def _drop_last(self:BoundedCache, n:int):
+    keep = self.held - n                                    # computed once: `held` reads layer 0, which the loop shortens first
+    for i in range(self.n_layers): self.k[i], self.v[i] = self.k[i][:, :, :keep], self.v[i][:, :, :keep]
 
-    def set_lengths(self, lengths):
-        lengths = torch.as_tensor(lengths).reshape(-1)
-        if (lengths != lengths[0]).any(): raise ValueError(f"{type(self).__name__}: all rows must hold the same number of tokens, got {lengths.tolist()}")
-        return self.crop(int(lengths[0]))
+@patch
+def _newest_held(self:BoundedCache) -> int: return self.held
 
-    def __repr__(self):
-        return (f"{type(self).__name__}(layers={self.n_layers}, batch={self.batch_size}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim}, "
-                f"seen={self.pos}, held={self.held}, {self.nbytes / 2**20:.2f} MiB)")
+@patch
+def rollback(self:BoundedCache, n:int, row=None):
+    "Forget the newest `n` tokens (speculative decoding), if they are still held."
+    if row is not None and self.batch_size > 1: raise ValueError(f"{type(self).__name__}: rows cannot be rolled back one at a time")
+    if not isinstance(n, int) or n < 0: raise ValueError(f"{type(self).__name__}.rollback: n must be an integer >= 0, got {n!r}")
+    if n > self._newest_held():
+        raise ValueError(f"{type(self).__name__}.rollback: only the newest {self._newest_held()} tokens can be dropped, asked for {n}")
+    self._drop_last(n); self.pos -= n
+    return self
+
+@patch
+def crop(self:BoundedCache, n:int):
+    "Keep at most the first `n` positions (as `KVCache.crop`)."
+    if not isinstance(n, int) or n < 0: raise ValueError(f"{type(self).__name__}.crop: n must be an integer >= 0, got {n!r}")
+    return self.rollback(max(0, self.next_position - n))
+
+@patch
+def reorder(self:BoundedCache, index):
+    "Row `i` becomes a copy of row `index[i]` (beam search)."
+    index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+    if len(index) != self.batch_size or ((index < 0) | (index >= self.batch_size)).any():
+        raise ValueError(f"{type(self).__name__}.reorder: need one parent row in 0..{self.batch_size - 1} per row, got {index.tolist()}")
+    idx = index.to(self.device)
+    self.k = [t[idx] for t in self.k]; self.v = [t[idx] for t in self.v]
+    return self
+
+@patch
+def set_lengths(self:BoundedCache, lengths):
+    lengths = torch.as_tensor(lengths).reshape(-1)
+    if (lengths != lengths[0]).any(): raise ValueError(f"{type(self).__name__}: all rows must hold the same number of tokens, got {lengths.tolist()}")
+    return self.crop(int(lengths[0]))
 
 # %% ../nbs/11_long_context.ipynb #lc-sink-lib
-def _rerotate(k:torch.Tensor, delta:int, inv_freq:torch.Tensor) -> torch.Tensor:
-    "Keys rotated for position p, turned to position p + `delta` (a rotation by delta x theta_i in every pair)."
-    ang = delta * inv_freq.to(k.device, torch.float32)                    # (D/2,)
-    ang = torch.cat([ang, ang])                                            # (D,): channel i and i + D/2 share an angle
-    cos, sin = ang.cos().to(k.dtype), ang.sin().to(k.dtype)
-    return k * cos + rotate_half(k) * sin
+def _rerotate(k:torch.Tensor, delta, inv_freq:torch.Tensor) -> torch.Tensor:
+    "Keys `(..., n, D)` rotated for position p, turned to p + `delta` (an int, or one per entry `(n,)`): a rotation by delta x theta_i in every pair, computed in float32 (or float64) and rounded once."
+    ct = torch.promote_types(k.dtype, torch.float32)
+    delta = torch.as_tensor(delta, dtype=ct, device=k.device)
+    ang = delta[..., None] * inv_freq.to(k.device, ct)                     # (D/2,) or (n, D/2)
+    ang = torch.cat([ang, ang], -1)                                        # channel i and i + D/2 share an angle
+    kf = k.to(ct)
+    return (kf * ang.cos() + rotate_half(kf) * ang.sin()).to(k.dtype)
 
+
+# %% ../nbs/11_long_context.ipynb #lc-sink-lib2
 class SinkCache(BoundedCache):
     """StreamingLLM's cache: the first `num_sinks` tokens (attention sinks) plus the `window` most recent ones; positions are
-    slots in the cache, so a stream of any length never leaves the positions 0..num_sinks + window. `num_sinks=0`: a sliding window."""
+    slots in the cache, so a stream of any length never leaves the positions 0..num_sinks + window (plus one forward pass).
+    Keys are stored as written, with their slot, and turned to their current slot when read. `num_sinks=0`: a sliding window."""
     def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
                  num_sinks:int=4, window:int=1020, inv_freq:torch.Tensor|None=None):
         for name, n, lo in (('num_sinks', num_sinks, 0), ('window', window, 1)):
@@ -259,18 +275,46 @@ class SinkCache(BoundedCache):
     @property
     def next_position(self) -> int: return self.held          # positions are slots in the cache, as in StreamingLLM
 
+    def reset(self, row=None):
+        super().reset(row)
+        self.written = torch.zeros(0, dtype=torch.long)         # the slot each held entry was written at (its key is rotated for it)
+        return self
+
     def evict(self, T:int):
         n, S = self.held, self.num_sinks
+        self.written = torch.cat([self.written, torch.arange(len(self.written), n)])   # this pass's entries, written at their slots
         drop = n - self.capacity
         if drop <= 0: return
-        for i in range(self.n_layers):                          # keep [0, S) and the last `window`; shift the window down by `drop`
-            k, v = self.k[i], self.v[i]
-            win = _rerotate(k[:, :, n - self.window:], -drop, self.inv_freq)
-            self.k[i] = torch.cat([k[:, :, :S], win], 2)
-            self.v[i] = torch.cat([v[:, :, :S], v[:, :, n - self.window:]], 2)
+        keep = torch.cat([torch.arange(S), torch.arange(n - self.window, n)])         # the sinks and the newest `window`
+        for i in range(self.n_layers):
+            self.k[i], self.v[i] = self.k[i][:, :, keep.to(self.device)], self.v[i][:, :, keep.to(self.device)]
+        self.written = self.written[keep]
         self.evicted += drop
 
+    def _drop_last(self, n:int):
+        super()._drop_last(n)
+        self.written = self.written[:self.held]
+
     def _newest_held(self) -> int: return self.held - self.num_sinks
+
+# %% ../nbs/11_long_context.ipynb #lc-sink-turn
+@patch
+def _turn(self:SinkCache, K:torch.Tensor) -> torch.Tensor:
+    "The held keys `K` (as written) turned to the slots they sit in now; entries of the current pass were written where they sit."
+    n, w = K.shape[2], self.written
+    delta = torch.arange(len(w), dtype=torch.long) - w                      # <= 0: how far each entry has moved down
+    if not delta.any(): return K
+    return _rerotate(K, torch.cat([delta, delta.new_zeros(n - len(w))]), self.inv_freq)
+
+@patch
+def keys(self:SinkCache, layer:int) -> torch.Tensor:
+    "The keys of `layer` as attention sees them: each turned from the slot it was written at to the slot it holds now."
+    return self._turn(self.k[layer])
+
+@patch
+def _store(self:SinkCache, layer, k, v):
+    K, V = BoundedCache._store(self, layer, k, v)                          # append as written
+    return self._turn(K), V
 
 # %% ../nbs/11_long_context.ipynb #lc-gen-lib
 from .loop import GenerateMode, register_mode, stream_below
@@ -308,32 +352,62 @@ register_mode(GenerateMode('cache', '11', CACHE_ARGS, 'cache= is given', claims=
                            run=run_with_cache, unset={'cache': None}))
 
 # %% ../nbs/11_long_context.ipynb #lc-evict-lib
+def _grouped_mask(mask:torch.Tensor|None, B:int, H:int, Hk:int, T:int, S:int):
+    "An SDPA mask (bool, True = attend; or float, added to the scores) broadcastable to `(B, H, T, S)`, as `(B|1, H_kv|1, g|1, T, S)` for scores grouped by K/V head."
+    if mask is None: return None
+    if not 2 <= mask.ndim <= 4: raise ValueError(f"attn_mask must have 2 to 4 dims, broadcastable to (B, H, T, S) = {(B, H, T, S)}; got {tuple(mask.shape)}")
+    m = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+    if any(a not in (1, b) for a, b in zip(m.shape, (B, H, T, S))):
+        raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T, S) = {(B, H, T, S)}")
+    m = m.expand(*m.shape[:2], T, S)                                        # a view: lets callers slice tiles of it
+    return m[:, :, None] if m.shape[1] == 1 else m.reshape(m.shape[0], Hk, H // Hk, T, S)
+
+def _masked(s:torch.Tensor, m:torch.Tensor|None) -> torch.Tensor:
+    "Scores `s` with a (grouped) mask applied: -inf where a bool mask is False, plus the mask where it is float."
+    if m is None: return s
+    return s.masked_fill(~m, float('-inf')) if m.dtype == torch.bool else s + m
+
 def attention_weights(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None):
-    "Attention written out: output `(B, H, T, D)` and weights `(B, H_kv, H/H_kv, T, S)` for q `(B, H, T, D)`, k, v `(B, H_kv, S, D)`, mask `(B, 1, T, S)` bool."
+    "Attention written out: output `(B, H, T, D)` and weights `(B, H_kv, H/H_kv, T, S)` for q `(B, H, T, D)`, k, v `(B, H_kv, S, D)` and an SDPA mask; a row that sees no key gets zeros, as in SDPA."
     B, H, T, D = q.shape
-    Hk = k.shape[1]
+    Hk, S = k.shape[1], k.shape[2]
     qg = q.view(B, Hk, H // Hk, T, D)                                      # query heads grouped by the K/V head they read
-    s = torch.einsum('bhgtd,bhsd->bhgts', qg, k) / math.sqrt(D)            # (B, H_kv, g, T, S)
-    if mask is not None: s = s.masked_fill(~mask[:, :, None], float('-inf'))
-    w = s.softmax(-1)
+    s = _masked(torch.einsum('bhgtd,bhsd->bhgts', qg, k) / math.sqrt(D), _grouped_mask(mask, B, H, Hk, T, S))   # (B, H_kv, g, T, S)
+    w = torch.where(s.amax(-1, keepdim=True) == float('-inf'), 0.0, s.softmax(-1))   # no visible key: weights 0, not NaN
     return torch.einsum('bhgts,bhsd->bhgtd', w, v).reshape(B, H, T, D), w
 
+# %% ../nbs/11_long_context.ipynb #lc-h2o-lib
 def _check_budget(name, budget, keep, keep_name):
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
         raise ValueError(f"{name}: budget must be an integer >= 1 (the number of tokens kept), got {budget!r}")
     if not isinstance(keep, int) or isinstance(keep, bool) or not 0 <= keep <= budget:
         raise ValueError(f"{name}: {keep_name} must be an integer in 0..budget ({budget}), got {keep!r}")
 
-class _ScoredCache(BoundedCache):
-    "A bounded cache that keeps, per layer and K/V head, the `budget` entries with the best score (the newest `recent` always)."
+def _gather_entries(t:torch.Tensor, idx:torch.Tensor) -> torch.Tensor:
+    "Entries `idx` `(B, H_kv, m)` of keys or values `t` `(B, H_kv, n, D)`, per row and head."
+    return t.gather(2, idx[..., None].expand(-1, -1, -1, t.shape[-1]))
+
+class H2OCache(BoundedCache):
+    """Heavy-hitter eviction (H2O, Zhang et al. 2023): keep the `recent` newest tokens and the `budget - recent` older ones that
+    have received the most attention so far (summed over queries and the query heads of each K/V head); positions stay absolute."""
+    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
+                 budget:int=1024, recent:int|None=None):
+        recent = budget // 2 if recent is None and isinstance(budget, int) else recent
+        _check_budget('H2OCache', budget, recent, 'recent')
+        self.budget, self.recent = budget, recent
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
+
     def reset(self, row=None):
         super().reset(row)
         self.score = [torch.zeros(self.batch_size, self.n_kv_heads, 0, device=self.device) for _ in range(self.n_layers)]
         return self
 
-    def _add_score(self, layer, s):                      # s: (B, H_kv, n) attention received by the entries held now
-        old = self.score[layer]
+    def compute_attention(self, layer:int, q, k, v, mask):
+        "Attention with explicit weights, whose column sums are added to each entry's score."
+        y, w = attention_weights(q, k, v, mask)
+        s, old = w.sum((2, 3)), self.score[layer]                            # (B, H_kv, n): attention received by each entry
         self.score[layer] = F.pad(old, (0, s.shape[-1] - old.shape[-1])) + s
+        return y
 
     def evict(self, T:int):
         n, keep = self.held, self.budget - self.recent
@@ -342,9 +416,9 @@ class _ScoredCache(BoundedCache):
             sc = self.score[i][..., :n - self.recent]                                   # (B, H_kv, n - recent): candidates
             top = sc.topk(keep, dim=-1).indices.sort(-1).values if keep else sc.new_zeros(*sc.shape[:2], 0, dtype=torch.long)
             idx = torch.cat([top, torch.arange(n - self.recent, n, device=sc.device).expand(*sc.shape[:2], -1)], -1)   # (B, H_kv, budget)
-            gather = lambda t: t.gather(2, idx[..., None].expand(-1, -1, -1, t.shape[-1]))
-            self.k[i], self.v[i] = gather(self.k[i]), gather(self.v[i])
+            self.k[i], self.v[i] = _gather_entries(self.k[i], idx), _gather_entries(self.v[i], idx)
             self.score[i] = self.score[i].gather(2, idx)
+        self.evicted += n - self.budget
 
     def _drop_last(self, n):
         super()._drop_last(n)
@@ -358,25 +432,11 @@ class _ScoredCache(BoundedCache):
 
     def _newest_held(self): return min(self.recent, self.held)
 
-class H2OCache(_ScoredCache):
-    """Heavy-hitter eviction (H2O, Zhang et al. 2023): keep the `recent` newest tokens and the `budget - recent` older ones that
-    have received the most attention so far (summed over queries and the query heads of each K/V head); positions stay absolute."""
-    def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
-                 budget:int=1024, recent:int|None=None):
-        recent = budget // 2 if recent is None and isinstance(budget, int) else recent
-        _check_budget('H2OCache', budget, recent, 'recent')
-        self.budget, self.recent = budget, recent
-        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
-
-    def compute_attention(self, layer:int, q, k, v, mask):
-        "Attention with explicit weights, whose column sums are added to each entry's score."
-        y, w = attention_weights(q, k, v, mask)
-        self._add_score(layer, w.sum((2, 3)))                               # (B, H_kv, n)
-        return y
-
-class SnapKVCache(_ScoredCache):
-    """SnapKV-style compression (Li et al. 2024): after each forward pass that leaves more than `budget` entries, the last `window`
-    queries vote (their attention, smoothed over `kernel` neighbouring keys); the winners and those queries' own entries are kept."""
+# %% ../nbs/11_long_context.ipynb #lc-snap-lib
+class SnapKVCache(BoundedCache):
+    """SnapKV (Li et al. 2024): the prompt, read in the cache's first forward pass, is compressed once to `budget` entries per layer
+    and K/V head: the `budget - window` prompt entries that the last `window` prompt queries attend to most (votes averaged over
+    `kernel` neighbouring entries), then those queries' own entries. Tokens after the prompt are appended and kept."""
     def __init__(self, n_layers:int, batch_size:int=1, n_kv_heads:int=1, head_dim:int=64, dtype=torch.float32, device=None, *,
                  budget:int=1024, window:int=32, kernel:int=7):
         _check_budget('SnapKVCache', budget, window, 'window')
@@ -384,29 +444,58 @@ class SnapKVCache(_ScoredCache):
         self.budget, self.window, self.kernel = budget, window, kernel
         super().__init__(n_layers, batch_size, n_kv_heads, head_dim, dtype, device)
 
-    recent = property(lambda self: min(self.window, self.held))
+    def reset(self, row=None):
+        super().reset(row)
+        self.votes = [None] * self.n_layers     # per layer, during the prompt's pass: (B, H_kv, n - window) smoothed votes
+        self.prompt_len = None                  # set after the first forward pass: the prompt has been read (and compressed)
+        self.kept_prompt = 0                    # prompt entries kept by vote (they precede the window and the new tokens)
+        return self
 
     def compute_attention(self, layer:int, q, k, v, mask):
-        "SDPA for the output; explicit weights for the last `window` queries only, which become this pass's votes."
+        "SDPA for the output; during the prompt's pass, if it holds more than `budget` entries, the observation window's votes too."
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
-        w_obs = min(self.window, q.shape[2])
-        _, w = attention_weights(q[:, :, -w_obs:], k, v, None if mask is None else mask[:, :, -w_obs:])
-        votes = w.sum((2, 3))                                               # (B, H_kv, n)
-        if self.kernel > 1: votes = F.avg_pool1d(votes, self.kernel, stride=1, padding=self.kernel // 2, count_include_pad=False)
-        self.score[layer] = votes                                           # only the latest queries count
+        n = k.shape[2]
+        if self.prompt_len is None and n > self.budget:
+            w_obs = min(self.window, q.shape[2])
+            _, w = attention_weights(q[:, :, -w_obs:], k, v, None if mask is None else mask[:, :, -w_obs:])
+            votes = w.sum((2, 3))[..., :n - w_obs]                               # (B, H_kv, n - w_obs): votes for the earlier entries
+            if self.kernel > 1: votes = F.avg_pool1d(votes, self.kernel, stride=1, padding=self.kernel // 2)
+            self.votes[layer] = votes
         return y
 
+    def evict(self, T:int):
+        if self.prompt_len is not None: return                                   # compressed once; later tokens are kept
+        n, self.prompt_len = self.held, self.pos
+        if n <= self.budget or self.votes[0] is None: return
+        for i in range(self.n_layers):
+            votes = self.votes[i]
+            w_obs = n - votes.shape[-1]
+            top = votes.topk(self.budget - w_obs, dim=-1).indices.sort(-1).values            # (B, H_kv, budget - w_obs)
+            idx = torch.cat([top, torch.arange(n - w_obs, n, device=top.device).expand(*top.shape[:2], -1)], -1)
+            self.k[i], self.v[i] = _gather_entries(self.k[i], idx), _gather_entries(self.v[i], idx)
+        self.kept_prompt, self.votes = top.shape[-1], [None] * self.n_layers
+        self.evicted += n - self.budget
+
+    def _newest_held(self) -> int: return self.held - self.kept_prompt
+
+    def reorder(self, index):
+        if self.votes[0] is not None: raise ValueError("SnapKVCache.reorder: not during the prompt's forward pass")
+        return super().reorder(index)
+
 # %% ../nbs/11_long_context.ipynb #lc-q-lib
+_F16_TINY = torch.finfo(torch.float16).tiny        # 6.1e-05, float16's smallest normal number
+
 def quantize(x:torch.Tensor, bits:int, dim:int, symmetric:bool=False):
     "Integer codes (uint8, one per byte) of `x` with a scale and zero point per slice along `dim` (float16), and their dequantized value."
     if symmetric:                                                           # codes -127..127 stored with an offset of 128
-        scale = (x.abs().amax(dim, keepdim=True) / (2 ** (bits - 1) - 1)).clamp(min=1e-8).half()
-        zero = torch.full_like(scale, -(2 ** (bits - 1)))
+        scale = (x.abs().amax(dim, keepdim=True) / (2 ** (bits - 1) - 1)).half().clamp(min=_F16_TINY)   # clamped after the cast, so it holds
+        zero = torch.full_like(scale, -(2 ** (bits - 1)))                   # the constant offset; a packed cache need not store it
         codes = (x / scale.float()).round().clamp(-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1) - zero.float()
     else:                                                                   # codes 0..2^b - 1 between the slice's min and max
         mn, mx = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
-        scale = ((mx - mn) / (2 ** bits - 1)).clamp(min=1e-8).half()
-        zero = (mn / scale.float()).half()
+        scale = ((mx - mn) / (2 ** bits - 1)).half()
+        scale = torch.maximum(scale, (mn.abs() / 6e4).half()).clamp(min=_F16_TINY)   # a constant slice has range 0: the zero point
+        zero = (mn / scale.float()).half()                                  # mn / scale must still fit float16 (at most 65,504)
         codes = ((x / scale.float()) - zero.float()).round().clamp(0, 2 ** bits - 1)
     return codes.to(torch.uint8), scale, zero
 
@@ -414,6 +503,7 @@ def dequantize(codes, scale, zero, dtype=torch.float32):
     "Values back from `quantize`'s codes: (codes + zero) x scale."
     return ((codes.float() + zero.float()) * scale.float()).to(dtype)
 
+# %% ../nbs/11_long_context.ipynb #lc-q-cache-lib
 QUANT_METHODS = ('token', 'kivi')
 
 class QuantizedCache(BoundedCache):
@@ -462,10 +552,11 @@ class QuantizedCache(BoundedCache):
 
     @property
     def nbytes(self) -> int:
-        "Bytes of the cache with codes packed `8 / bits` to a byte (this reference stores one code per byte), scales and the full-precision part."
+        "Bytes of the cache with codes packed `8 / bits` to a byte (this reference stores one code per byte), scales, zero points and the full-precision part."
         n = sum(t.nbytes for t in self.k + self.v)
+        sym = self.method == 'token' and self.bits == 8                     # symmetric codes: the zero point is a constant, not stored
         for blocks in self.qk + self.qv:
-            for codes, scale, zero in blocks: n += codes.numel() * self.bits // 8 + scale.nbytes + zero.nbytes
+            for codes, scale, zero in blocks: n += codes.numel() * self.bits // 8 + scale.nbytes + (0 if sym else zero.nbytes)
         return n
 
     def reorder(self, index):
@@ -475,11 +566,13 @@ class QuantizedCache(BoundedCache):
         self.qv = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qv]
         return self
 
+
 # %% ../nbs/11_long_context.ipynb #lc-fa-lib
 def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=True, scale:float|None=None,
                     block_q:int=128, block_k:int=128, attn_mask:torch.Tensor|None=None) -> torch.Tensor:
     """Exact attention computed in tiles with an online softmax (FlashAttention's algorithm), never holding a T x S matrix:
-    q `(B, H, T, D)`, k, v `(B, H_kv, S, D)` as `F.scaled_dot_product_attention` takes them (`causal` as its `is_causal`, top-left aligned)."""
+    q `(B, H, T, D)`, k, v `(B, H_kv, S, D)` as `F.scaled_dot_product_attention` takes them (`causal` as its `is_causal`, top-left aligned;
+    `attn_mask` bool or float, broadcastable to `(B, H, T, S)`). A query that may see no key gets zeros, as from SDPA."""
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4: raise ValueError(f"flash_attention takes (B, H, T, D) tensors, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     B, H, T, D = q.shape
     Hk, S = k.shape[1], k.shape[2]
@@ -489,6 +582,7 @@ def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=
         if not isinstance(b, int) or b < 1: raise ValueError(f"flash_attention: {name} must be an integer >= 1, got {b!r}")
     if causal and attn_mask is not None: raise ValueError("flash_attention: pass causal=True or attn_mask, not both")
     g, scale = H // Hk, 1 / math.sqrt(D) if scale is None else scale
+    mask = _grouped_mask(attn_mask, B, H, Hk, T, S)                         # (B|1, H_kv|1, g|1, T, S)
     qg = q.reshape(B, Hk, g, T, D)                                          # query heads grouped by their K/V head
     out = torch.empty_like(qg)
     for i in range(0, T, block_q):
@@ -503,8 +597,7 @@ def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=
             s = qi @ kj.transpose(-1, -2)                                   # (B, H_kv, g, bq, bk): one tile of scores
             if causal and j + kj.shape[3] > i:                              # only tiles that cross the diagonal need a mask
                 s = s.masked_fill(torch.arange(j, j + kj.shape[3], device=q.device) > torch.arange(i, i + bq, device=q.device)[:, None], float('-inf'))
-            if attn_mask is not None:
-                s = s.masked_fill(~attn_mask[:, :, None, i:i + bq, j:j + kj.shape[3]], float('-inf'))
+            if mask is not None: s = _masked(s, mask[..., i:i + bq, j:j + kj.shape[3]])
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             safe = m_new.masked_fill(m_new == float('-inf'), 0.0)            # rows that have seen nothing yet stay at zero
             p = (s - safe).exp()                                            # (B, H_kv, g, bq, bk)
@@ -512,7 +605,7 @@ def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=
             l = l * alpha + p.sum(-1, keepdim=True)
             acc = acc * alpha + p @ vj
             m = m_new
-        out[:, :, :, i:i + bq] = acc / l
+        out[:, :, :, i:i + bq] = acc / torch.where(l > 0, l, 1.0)            # l = 0 only where no key was visible: acc is 0 there too
     return out.reshape(B, H, T, D)
 
 def flash_decode(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, num_splits:int=8, scale:float|None=None) -> torch.Tensor:

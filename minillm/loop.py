@@ -252,6 +252,8 @@ def register_mode(mode:GenerateMode) -> GenerateMode:
     register_args(mode.chapter, mode.args, mode.unset)
     return mode
 
+
+# %% ../nbs/02_loop.ipynb #b2door1b
 def pick_mode(prompt, kw:dict, below:str|None=None) -> GenerateMode:
     "The mode that runs `generate(prompt, **kw)`: of the modes (of chapters before `below`) that claim the call, the latest chapter's."
     for m in sorted(GENERATE_MODES.values(), key=lambda m: m.chapter, reverse=True):
@@ -287,6 +289,8 @@ def stream_below(llm:LLM, prompt, kw:dict, chapter:str):
     if m.run is None: raise ValueError(f"stream yields one sequence; {m.when}, which returns several: use generate")
     return (yield from m.run(llm, prompt, kw))
 
+
+# %% ../nbs/02_loop.ipynb #b2door1d
 @patch
 def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, **kwargs):
     """Generate a continuation of `prompt` (text, chat messages or token ids). Defined once, here: the keywords are those of the modes
@@ -306,6 +310,8 @@ def stream(self:LLM, prompt, max_new_tokens:int|None=None, params=None, **kwargs
     if m.run is None: raise ValueError(f"stream yields one sequence; {m.when}, which returns several: use generate")
     return (yield from m.run(self, prompt, kw))
 
+
+# %% ../nbs/02_loop.ipynb #b2door1f
 def generate_modes(file=None):
     "Print the table `LLM.generate` dispatches on: each mode (and each output-format keyword) with its chapter, the calls it takes and its keywords."
     import sys

@@ -240,6 +240,8 @@ def check_rope_scaling(scaling:dict|None, max_seq_len:int) -> dict|None:
         raise ValueError(f"rope_scaling: original_max_position_embeddings must be a positive integer, got {L!r}")
     return {'rope_type': rtype, **s}
 
+
+# %% ../nbs/00_model.ipynb #r0pe5cb4
 def rope_inv_freq(head_dim:int, theta:float=10000.0, scaling:dict|None=None, seq_len:int|None=None) -> tuple[torch.Tensor, float]:
     "Rotary inverse frequencies `(D/2,)` float32 and the attention factor (multiplies cos and sin) for plain or scaled RoPE."
     s = scaling or {}
@@ -278,6 +280,8 @@ def rope_inv_freq(head_dim:int, theta:float=10000.0, scaling:dict|None=None, seq
     keep = 1 - ramp
     return (1.0 / (f * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep, att
 
+
+# %% ../nbs/00_model.ipynb #r0pe5cb8
 def scaled_rope_tables(pos:torch.Tensor, cfg:ModelConfig, dtype=torch.float32):
     "`rope_tables` for `cfg.rope_scaling`: cos and sign-folded sin `(B, 1, T, D)`, both times the attention factor."
     s = cfg.rope_scaling
@@ -297,3 +301,4 @@ def with_rope_scaling(self:ModelConfig, scaling:dict|None) -> ModelConfig:
     s = check_rope_scaling(scaling, L)
     if s is None: return self.with_rope_scaling(None)
     return replace(self, rope_scaling=s, max_seq_len=max(self.max_seq_len, int(s['factor'] * s['original_max_position_embeddings'])))
+

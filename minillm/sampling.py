@@ -273,36 +273,7 @@ class SamplingParams:
     n: int = 1                       # independent samples of the prompt; sample i uses seed + i (seed None: each its own)
     constraint: object = None        # output format (chapter 05a: regex, JSON schema, choice): masks the tokens it forbids; None = free
 
-    def __post_init__(self):
-        def bad(name, allowed): raise ValueError(f"SamplingParams.{name} must be {allowed}, got {getattr(self, name)!r}")
-        if not _is_num(self.temperature) or not 0 <= self.temperature < math.inf: bad('temperature', 'a finite number >= 0 (0 means greedy)')
-        if not _is_int(self.top_k) or self.top_k < 0: bad('top_k', 'an integer >= 0 (0 means off)')
-        if not _is_num(self.top_p) or not 0 < self.top_p <= 1: bad('top_p', 'in (0, 1] (1 means off)')
-        if not _is_num(self.min_p) or not 0 <= self.min_p <= 1: bad('min_p', 'in [0, 1] (0 means off)')
-        if not _is_num(self.typical_p) or not 0 <= self.typical_p <= 1: bad('typical_p', 'in [0, 1] (1 means off)')
-        if not _is_num(self.repetition_penalty) or not 0 < self.repetition_penalty < math.inf: bad('repetition_penalty', 'a finite number > 0 (1 means off)')
-        for f in ('frequency_penalty', 'presence_penalty'):
-            if not _is_num(getattr(self, f)) or not -2 <= getattr(self, f) <= 2: bad(f, 'in [-2, 2] (0 means off)')
-        if not _is_int(self.no_repeat_ngram_size) or self.no_repeat_ngram_size < 0: bad('no_repeat_ngram_size', 'an integer >= 0 (0 means off)')
-        if self.logit_bias is not None:
-            try: _check_bias(self.logit_bias)
-            except ValueError as e: raise ValueError(f"SamplingParams.{e}") from None
-        if self.bad_words is not None:
-            try: self.bad_words = [list(w) for w in _check_bad_words(self.bad_words)]
-            except ValueError as e: raise ValueError(f"SamplingParams.{e}") from None
-        if self.seed is not None and not _is_int(self.seed): bad('seed', 'an integer or None')
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 0: bad('max_new_tokens', 'an integer >= 0')
-        if not _is_int(self.min_new_tokens) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            bad('min_new_tokens', f'an integer in [0, max_new_tokens = {self.max_new_tokens}]')
-        if isinstance(self.stop, str): self.stop = [self.stop]
-        if self.stop is None: self.stop = []
-        if not isinstance(self.stop, (list, tuple)) or not all(isinstance(s, str) and s for s in self.stop): bad('stop', 'a non-empty string, a list of them, or None')
-        self.stop = list(self.stop)
-        if not isinstance(self.ignore_eos, bool): bad('ignore_eos', 'True or False')
-        if not _is_int(self.logprobs) or self.logprobs < 0: bad('logprobs', 'an integer >= 0 (number of top alternatives)')
-        if not _is_int(self.n) or self.n < 1: bad('n', 'an integer >= 1 (the number of samples to return)')
-        if self.constraint is not None and not callable(getattr(self.constraint, 'apply', None)):
-            bad('constraint', 'None or a constraint object with apply(logits, tokens, n_prompt) (chapter 05a builds them from a regex, a JSON schema or a choice)')
+    def __post_init__(self): _check_sampling_params(self)   # every field checked (next cell); stop becomes a list
 
     @property
     def is_greedy(self) -> bool:
@@ -318,6 +289,40 @@ class SamplingParams:
     def nucleus(cls, **kw):
         "Preset: temperature 0.7 with top-p 0.9, a common choice for chat."
         return cls(**{'temperature': 0.7, 'top_p': 0.9, **kw})
+
+# %% ../nbs/03_sampling.ipynb #c3spchk1
+def _check_sampling_params(p:SamplingParams):
+    "Check every field of `p`, raising a ValueError that names the field, what is allowed and the value; normalise `stop` and `bad_words`."
+    def bad(name, allowed): raise ValueError(f"SamplingParams.{name} must be {allowed}, got {getattr(p, name)!r}")
+    if not _is_num(p.temperature) or not 0 <= p.temperature < math.inf: bad('temperature', 'a finite number >= 0 (0 means greedy)')
+    if not _is_int(p.top_k) or p.top_k < 0: bad('top_k', 'an integer >= 0 (0 means off)')
+    if not _is_num(p.top_p) or not 0 < p.top_p <= 1: bad('top_p', 'in (0, 1] (1 means off)')
+    if not _is_num(p.min_p) or not 0 <= p.min_p <= 1: bad('min_p', 'in [0, 1] (0 means off)')
+    if not _is_num(p.typical_p) or not 0 <= p.typical_p <= 1: bad('typical_p', 'in [0, 1] (1 means off)')
+    if not _is_num(p.repetition_penalty) or not 0 < p.repetition_penalty < math.inf: bad('repetition_penalty', 'a finite number > 0 (1 means off)')
+    for f in ('frequency_penalty', 'presence_penalty'):
+        if not _is_num(getattr(p, f)) or not -2 <= getattr(p, f) <= 2: bad(f, 'in [-2, 2] (0 means off)')
+    if not _is_int(p.no_repeat_ngram_size) or p.no_repeat_ngram_size < 0: bad('no_repeat_ngram_size', 'an integer >= 0 (0 means off)')
+    if p.logit_bias is not None:
+        try: _check_bias(p.logit_bias)
+        except ValueError as e: raise ValueError(f"SamplingParams.{e}") from None
+    if p.bad_words is not None:
+        try: p.bad_words = [list(w) for w in _check_bad_words(p.bad_words)]
+        except ValueError as e: raise ValueError(f"SamplingParams.{e}") from None
+    if p.seed is not None and not _is_int(p.seed): bad('seed', 'an integer or None')
+    if not _is_int(p.max_new_tokens) or p.max_new_tokens < 0: bad('max_new_tokens', 'an integer >= 0')
+    if not _is_int(p.min_new_tokens) or not 0 <= p.min_new_tokens <= p.max_new_tokens:
+        bad('min_new_tokens', f'an integer in [0, max_new_tokens = {p.max_new_tokens}]')
+    if isinstance(p.stop, str): p.stop = [p.stop]
+    if p.stop is None: p.stop = []
+    if not isinstance(p.stop, (list, tuple)) or not all(isinstance(s, str) and s for s in p.stop): bad('stop', 'a non-empty string, a list of them, or None')
+    p.stop = list(p.stop)
+    if not isinstance(p.ignore_eos, bool): bad('ignore_eos', 'True or False')
+    if not _is_int(p.logprobs) or p.logprobs < 0: bad('logprobs', 'an integer >= 0 (number of top alternatives)')
+    if not _is_int(p.n) or p.n < 1: bad('n', 'an integer >= 1 (the number of samples to return)')
+    if p.constraint is not None and not callable(getattr(p.constraint, 'apply', None)):
+        bad('constraint', 'None or a constraint object with apply(logits, tokens, n_prompt) (chapter 05a builds them from a regex, a JSON schema or a choice)')
+
 
 # %% ../nbs/03_sampling.ipynb #8475792e
 def process_logits(logits:torch.Tensor,      # (B, V) float logits from the model

@@ -68,6 +68,8 @@ class _Sampling(_Body):
     min_tokens: int = Field(0, ge=0)
     ignore_eos: bool = False
     response_format: dict | None = None                        # chapter 05a: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
+    grammar: str | None = None                                 # chapter 05b: a GBNF grammar (vLLM's extra body field; `guided_grammar` is its older name)
+    guided_grammar: str | None = None
 
 class CompletionRequest(_Sampling):
     "Body of `POST /v1/completions`."
@@ -143,6 +145,13 @@ def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> Samplin
         from minillm.constrained import response_format_constraint
         try: constraint = response_format_constraint(req.response_format)
         except ValueError as e: raise APIError(f"response_format: {e}", param='response_format', code='invalid_response_format') from None
+    if req.grammar is not None or req.guided_grammar is not None:   # a GBNF grammar (chapter 05b), compiled once per text
+        name = 'grammar' if req.grammar is not None else 'guided_grammar'
+        if req.grammar is not None and req.guided_grammar is not None or constraint is not None:
+            raise APIError(f"give one of response_format, grammar or guided_grammar, not several", param=name)
+        from minillm.grammars import compile_grammar
+        try: constraint = compile_grammar(getattr(req, name))
+        except ValueError as e: raise APIError(f"{name}: {e}", param=name, code='invalid_grammar') from None
     try:
         return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=max(req.top_k, 0), min_p=req.min_p,
                               repetition_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,

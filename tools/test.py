@@ -22,13 +22,16 @@ with 2 x 2 threads against 17.9 tok/s with 2 x 1 (and 18.2 alone), and the whole
 The heaviest notebooks are started first so that the two workers finish together, and every notebook
 runs in a fresh process, as it does for a reader: the methods one chapter patches onto a class must not
 leak into the tests of the next (they did: 90_all failed after 09_fast had run in the same worker).
+
+A passing test does not mean the saved outputs are current: `python tools/stale.py --all` reruns the book and lists the
+cells whose fresh output differs from the saved one, and `python tools/stale.py --long` the longest code cells per chapter.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # notebooks by their test time, longest first (measured with 2 workers of 1 thread: 316 s for 09 down to 12 s for index; others follow by name)
-HEAVY_FIRST = ['09_fast', '06_speculative', '07_batching', '06a_draft_training', '02_loop', '05_beam', '08_serving', '91_cli', '05a_constrained', '11_long_context', '10_test_time', '03_sampling', '01_weights', '04_kvcache', 'index']
+HEAVY_FIRST = ['09_fast', '06_speculative', '07_batching', '12_parallel', '06a_draft_training', '02_loop', '05_beam', '08_serving', '91_cli', '05a_constrained', '05b_grammars', '11_long_context', '10_test_time', '03_sampling', '01_weights', '04_kvcache', 'index']
 
 def run_one(fn:str, skip:str, force:str, basepath:str, result:str):
     "In a child process: test one notebook with nbdev's `test_nb` and write (passed, seconds) as JSON to `result`."
