@@ -9,16 +9,19 @@ from fastcore.script import call_parse, anno_parser, store_true
 import minillm.all as mall
 
 # %% auto #0
-__all__ = ['main', 'generate_cli', 'bench_cli', 'serve_cli']
+__all__ = ['DEFAULT_DTYPE', 'main', 'generate_cli', 'bench_cli', 'serve_cli']
 
 # %% ../nbs/91_cli.ipynb #abe8da5c
+DEFAULT_DTYPE = 'q4_1'   # the form `minillm generate` runs unless --dtype says otherwise: the file's own 4-bit blocks (chapter 09)
+
 def _generate(prompt:str, max_new_tokens:int=64, chat:bool=False, temperature:float=0.0, top_k:int=0, top_p:float=1.0,
               min_p:float=0.0, repetition_penalty:float=1.0, seed:int|None=None, num_beams:int=1, stop:list|None=None,
               model:str|None=None, no_cache:bool=False, quiet:bool=False, draft:str|None=None, num_draft_tokens:int=5,
-              file=None):
+              file=None, dtype:str|None=None):
     file = file or sys.stdout
     t0 = time.perf_counter()
-    llm = mall.LLM.load(model, progress=not quiet)
+    form = mall.check_format(dtype or DEFAULT_DTYPE)                     # every form of chapter 09, checked before loading
+    llm = mall.LLM.load(model, dtype=form, progress=not quiet)
     load = time.perf_counter() - t0
     p = [{"role": "user", "content": prompt}] if chat else prompt
     spec = {}
@@ -36,7 +39,7 @@ def _generate(prompt:str, max_new_tokens:int=64, chat:bool=False, temperature:fl
         except StopIteration as e: out = e.value; break
     print(file=file)
     if not quiet:
-        print(f"[{len(out.token_ids)} tokens, {out.finish_reason}; load {load:.1f} s, prefill {out.prefill_time*1e3:.0f} ms, "
+        print(f"[{len(out.token_ids)} tokens, {out.finish_reason}; {form}; load {load:.1f} s, prefill {out.prefill_time*1e3:.0f} ms, "
               f"{out.tokens_per_second:.1f} tok/s" + (f"; draft accepted {out.accepted_tokens}/{out.draft_tokens} "
               f"({out.acceptance_rate:.0%}), {out.tokens_per_pass:.2f} tokens per pass" if draft is not None else "") + "]", file=sys.stderr)
     return out
@@ -84,36 +87,60 @@ def generate_cli(
     quiet:store_true=False,                         # No progress or timing on stderr
     draft:str=None,                                 # Speculative decoding: "prompt_lookup", or a draft model's .gguf file or folder
     num_draft_tokens:int=5,                         # Tokens the draft proposes per round (with --draft)
+    dtype:str=None,                                 # Weight form: q4_1 (default), float32, bfloat16, int8, q8_0, q4_0 (chapter 09)
 ):
     "Stream a continuation of PROMPT from a language model."
     try:
         _generate(prompt, max_new_tokens, chat, temperature, top_k, top_p, min_p, repetition_penalty, seed, num_beams,
-                  None if stop is None else [stop], model, no_cache, quiet, draft, num_draft_tokens)
+                  None if stop is None else [stop], model, no_cache, quiet, draft, num_draft_tokens, dtype=dtype)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
 
 @call_parse
 def bench_cli(
     max_new_tokens:int=64,                          # Tokens to generate per run
-    reps:int=3,                                     # Runs per system (best is reported)
+    reps:int=3,                                     # Runs per system (best is reported; with --dtype alone: the median)
     model:str=None,                                 # A .gguf file or Hugging Face folder (default: embedded model)
     dtype:str=None,                                 # Also time minillm in this form: float32, bfloat16, int8, q8_0, q4_0, q4_1 (chapter 09)
     compile:store_true=False,                       # Also time the form compiled with torch.compile (chapter 09; the first run compiles for minutes)
     num_beams:int=1,                                # With --dtype or --compile: also time beam search with this many beams
+    llama_cpp:store_true=False,                     # With --dtype: also time llama.cpp (llama-cpp-python) on the same GGUF file
 ):
     "Greedy decoding speed of minillm against Hugging Face transformers on the same weights, in the same run."
     if not hasattr(mall, 'bench'):
         print("error: the benchmark needs the KV cache chapter (minillm.kvcache.bench)", file=sys.stderr); sys.exit(2)
     try:
-        if dtype is not None or compile or num_beams != 1:  # minillm float32 and in `dtype`, transformers float32 and bfloat16
+        if compile or num_beams != 1:                      # minillm float32 and in `dtype` (rounded weights), transformers float32 and bfloat16
             fmt = mall.check_format(dtype or 'float32')
             if not isinstance(num_beams, int) or num_beams < 1: raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
             llm = mall.LLM.load(model, progress=False)
             mall.format_bench(llm, ('float32',) if fmt == 'float32' else ('float32', fmt), compiled=(fmt,) if compile else (),
                               num_beams=num_beams if num_beams > 1 else 0, max_new_tokens=max_new_tokens, reps=reps)
+        elif dtype is not None: _bench_forms(mall.check_format(dtype), max_new_tokens, reps, model, llama_cpp)
         else: mall.bench(max_new_tokens=max_new_tokens, reps=reps, model=model)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
+
+def _bench_forms(form:str, max_new_tokens:int, reps:int, model:str|None, llama_cpp:bool, file=None):
+    "minillm float32 and `form` (and llama.cpp) in one process, alternating runs, median of `reps`, a progress line per run on stderr."
+    import torch
+    file = file or sys.stdout
+    for n, v in [('max_new_tokens', max_new_tokens), ('reps', reps)]:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{n} must be an integer >= 1, got {v!r}")
+    forms = ['float32'] if form == 'float32' else ['float32', form]
+    print(f"loading {', '.join(forms)} ...", file=sys.stderr, flush=True)
+    llms = {f: mall.LLM.load(model, dtype=f, progress=False) for f in forms}
+    systems = {f"minillm {f}": mall.minillm_runner(l) for f, l in llms.items()}
+    if llama_cpp:
+        run = mall.llama_cpp_runner(model, n_threads=torch.get_num_threads())
+        if run is None: raise ValueError("--llama-cpp needs llama-cpp-python (pip install llama-cpp-python)")
+        systems['llama.cpp'] = run
+    ids = llms['float32'].tokenizer.encode("The capital of France is")
+    res = mall.stream_bench(systems, ids, max_new_tokens=max_new_tokens, reps=reps, baseline='minillm float32', file=sys.stderr)
+    print(f"{mall.machine_info()}\n{len(ids)}-token prompt + {max_new_tokens} tokens, EOS ignored, median of {reps} alternating runs; "
+          f"'agree': leading tokens equal to minillm float32's", file=file)
+    mall.print_bench(res, baseline='minillm float32', file=file)
+    return res
 
 @call_parse
 def serve_cli(

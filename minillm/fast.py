@@ -17,11 +17,13 @@ import minillm.beam      # `LLM.beam_search`, which compiled models run and `for
 from .kvcache import KVCache   # and its `LLM.new_cache`, which compiled models upgrade below
 
 # %% auto #0
-__all__ = ['CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'step_bytes_flops', 'quantize_int8', 'int_mm', 'Int8Linear',
-           'input_absmax', 'smooth_model', 'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1', 'quant_error_table',
-           'draw_quant', 'quant_explorer', 'quantize_model', 'quantized_load', 'perplexity', 'first_difference',
-           'static_len', 'StaticKVCache', 'static_step', 'CompiledDecoder', 'CompiledLLM', 'read_bandwidth',
-           'step_profile', 'format_bench', 'llama_cpp_runner']
+__all__ = ['CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'QKERNEL_SOURCE', 'BLOCK_FORMATS', 'MATMUL_OPS', 'step_bytes_flops',
+           'quantize_int8', 'int_mm', 'Int8Linear', 'input_absmax', 'smooth_model', 'check_format', 'fake_quant',
+           'q8_0', 'q4_0', 'q4_1', 'quant_error_table', 'draw_quant', 'quant_explorer', 'quantize_model',
+           'quantized_load', 'perplexity', 'first_difference', 'static_len', 'StaticKVCache', 'static_step',
+           'CompiledDecoder', 'CompiledLLM', 'read_bandwidth', 'step_profile', 'format_bench', 'llama_cpp_runner',
+           'qkernels', 'qkernel_error', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'to_blocks',
+           'load_blocks', 'load_q4_1', 'load_q8_0', 'step_split', 'minillm_runner', 'stream_bench', 'print_bench']
 
 # %% ../nbs/09_fast.ipynb #ff9f5892
 def step_bytes_flops(cfg, rows:int=1, context:int=64, weight_bytes:float=4, kv_bytes:float=4, head_bytes:float|None=None) -> dict:
@@ -419,7 +421,7 @@ def step_profile(llm:LLM, context:int=64, steps:int=8) -> dict:
     ev = prof.key_averages()
     def tot(names): return sum(e.cpu_time_total for e in ev if e.key in names) / 1e6   # inclusive time of top-level ops of that kind
     total_self = sum(e.self_cpu_time_total for e in ev) / 1e6
-    mm, at = tot(('aten::linear', 'aten::_int_mm')), tot(('aten::scaled_dot_product_attention',))   # F.linear and Int8Linear's product; SDPA
+    mm, at = tot(('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm')), tot(('aten::scaled_dot_product_attention',))   # F.linear, Int8Linear's and the block kernels' products; SDPA
     res = dict(step=wall / steps, matmul=mm / steps, attention=at / steps, other_ops=max(total_self - mm - at, 0) / steps)
     res['untracked'] = max(res['step'] - res['matmul'] - res['attention'] - res['other_ops'], 0)
     return res
@@ -473,13 +475,20 @@ def format_bench(llm:LLM, formats=('float32', 'bfloat16', 'int8'), compiled=(), 
     return res
 
 # %% ../nbs/09_fast.ipynb #llamacpp
-def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512):
-    "`run(ids, max_new_tokens) -> token ids`: greedy decoding by llama.cpp (`llama-cpp-python`) of the GGUF file `path` (default: the embedded model's Q4_1 file), EOS ignored; None when llama-cpp-python is not installed."
-    try: from llama_cpp import Llama
+def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512, extra_bufts:bool=False):
+    "`run(ids, max_new_tokens) -> token ids`: greedy decoding by llama.cpp (`llama-cpp-python`) of the GGUF file `path` (default: the embedded model's Q4_1 file), EOS ignored; None when llama-cpp-python is not installed. `extra_bufts=False` turns off llama.cpp's extra weight buffers (AMX and repacked weights), which die with an illegal instruction on some virtual machines that report AMX."
+    try:
+        from llama_cpp import Llama
+        import llama_cpp.llama as _ll
     except ImportError: return None
     from minillm.weights import default_gguf
-    m = Llama(model_path=str(default_gguf(progress=False) if path is None else path), n_threads=n_threads, n_threads_batch=n_threads,
-              n_ctx=n_ctx, verbose=False)
+    defaults = _ll.llama_cpp.llama_model_default_params
+    def params():
+        p = defaults(); p.use_extra_bufts = extra_bufts; return p
+    _ll.llama_cpp.llama_model_default_params = params                     # Llama() has no keyword for it: patched while it loads
+    try: m = Llama(model_path=str(default_gguf(progress=False) if path is None else path), n_threads=n_threads, n_threads_batch=n_threads,
+                   n_ctx=n_ctx, verbose=False)
+    finally: _ll.llama_cpp.llama_model_default_params = defaults
     def run(ids:list[int], max_new_tokens:int) -> list[int]:
         if len(ids) + max_new_tokens > n_ctx: raise ValueError(f"llama_cpp_runner: {len(ids)} + {max_new_tokens} tokens exceed n_ctx={n_ctx}")
         out = []
@@ -487,5 +496,453 @@ def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512):
             out.append(t)
             if len(out) == max_new_tokens: break
         return out
-    run.llama = m
+    run.llama, run.extra_bufts = m, extra_bufts
     return run
+
+# %% ../nbs/09_fast.ipynb #blk-src
+import warnings
+from pathlib import Path
+from .weights import unpermute_rope, default_gguf
+
+QKERNEL_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+#include <cstring>
+#include <vector>
+
+// y (M, N) = x (M, K) @ W^T for W stored as GGUF blocks of 32 along each row.
+// Q4_1: qs (N, K/2) uint8, d, m (N, K/32) float16:  w[j] = d * (qs[j] & 15) + m, w[j + 16] = d * (qs[j] >> 4) + m
+// Q8_0: qs (N, K) int8,    d (N, K/32) float16:      w[j] = d * qs[j]
+#ifdef __F16C__
+static inline float h2f(const at::Half h) { return _cvtsh_ss(h.x); }      // one instruction (F16C)
+#else
+static inline float h2f(const at::Half h) { return static_cast<float>(h); }
+#endif
+
+template <int R>
+static void q4_1_rows(const float* x, int64_t K, const uint8_t* qs, const at::Half* d, const at::Half* m,
+                      const float* xsum, int64_t n0, int64_t n1, float* y, int64_t N) {
+  const int64_t nb = K / 32;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* q = qs + n * (K / 2);
+    const at::Half* dn = d + n * nb; const at::Half* mn = m + n * nb;
+    float msum[R];
+    for (int r = 0; r < R; ++r) msum[r] = 0.f;
+#ifdef __AVX512F__
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    const __m512i mask = _mm512_set1_epi32(15);
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 16)));
+      __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask));
+      __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+      const float db = h2f(dn[b]), mb = h2f(mn[b]);
+      __m512 dv = _mm512_set1_ps(db);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + b * 32;
+        __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
+        t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
+        acc[r] = _mm512_fmadd_ps(dv, t, acc[r]);
+        msum[r] += mb * xsum[r * nb + b];
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]) + msum[r];
+#else
+    float acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float db = h2f(dn[b]), mb = h2f(mn[b]);
+      float w[32];
+      for (int j = 0; j < 16; ++j) { w[j] = q[b * 16 + j] & 15; w[j + 16] = q[b * 16 + j] >> 4; }
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + b * 32;
+        float t = 0.f;
+        for (int j = 0; j < 32; ++j) t += w[j] * xr[j];
+        acc[r] += db * t; msum[r] += mb * xsum[r * nb + b];
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = acc[r] + msum[r];
+#endif
+  }
+}
+
+template <int R>
+static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
+  const int64_t nb = K / 32;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int8_t* q = qs + n * K;
+    const at::Half* dn = d + n * nb;
+#ifdef __AVX512F__
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 32))));
+      __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 32 + 16))));
+      __m512 dv = _mm512_set1_ps(h2f(dn[b]));
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + b * 32;
+        __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
+        t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
+        acc[r] = _mm512_fmadd_ps(dv, t, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]);
+#else
+    float acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = 0.f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float db = h2f(dn[b]);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + b * 32;
+        float t = 0.f;
+        for (int j = 0; j < 32; ++j) t += float(q[b * 32 + j]) * xr[j];
+        acc[r] += db * t;
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = acc[r];
+#endif
+  }
+}
+
+static void check(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, int64_t N, int64_t K) {
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x must be a contiguous float32 tensor (..., K)");
+  TORCH_CHECK(K % 32 == 0 && x.size(-1) == K, "x has ", x.size(-1), " columns, the weight ", K, " (a multiple of 32)");
+  TORCH_CHECK(d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32), "d must be (N, K/32) float16");
+  TORCH_CHECK(qs.is_contiguous(), "qs must be contiguous");
+}
+
+// run f(r0, rows) over row chunks of at most 4, each chunk over output channels in parallel
+template <typename F>
+static void by_rows(int64_t M, int64_t N, F f) {
+  for (int64_t r0 = 0; r0 < M; r0 += 4) {
+    int64_t R = std::min<int64_t>(4, M - r0);
+    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) { f(r0, R, n0, n1); });
+  }
+}
+
+static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t N) {
+  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end()); s.back() = N; return s;   // (..., K) -> (..., N)
+}
+
+at::Tensor q4_1_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m) {
+  const int64_t N = qs.size(0), K = qs.size(1) * 2, nb = K / 32;
+  check(x, qs, d, N, K);
+  const int64_t M = x.numel() / K;
+  TORCH_CHECK(qs.scalar_type() == at::kByte && m.scalar_type() == at::kHalf && m.is_contiguous() && m.numel() == N * nb, "q4_1_mm: qs uint8 (N, K/2), m (N, K/32) float16");
+  at::Tensor y = at::empty(out_shape(x, N), x.options());
+  const float* xp = x.data_ptr<float>(); float* yp = y.data_ptr<float>();
+  std::vector<float> xs(M * nb);                                 // (M, K/32): the block sums the minimums multiply
+  for (int64_t i = 0; i < M * nb; ++i) { float t = 0.f; for (int j = 0; j < 32; ++j) t += xp[i * 32 + j]; xs[i] = t; }
+  const float* sp = xs.data();
+  const uint8_t* qp = qs.data_ptr<uint8_t>(); const at::Half* dp = d.data_ptr<at::Half>(); const at::Half* mp = m.data_ptr<at::Half>();
+  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
+    const float* xr = xp + r0 * K; const float* sr = sp + r0 * nb; float* yr = yp + r0 * N;
+    switch (R) {
+      case 1: q4_1_rows<1>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
+      case 2: q4_1_rows<2>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
+      case 3: q4_1_rows<3>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
+      default: q4_1_rows<4>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
+    }
+  });
+  return y;
+}
+
+at::Tensor q8_0_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d) {
+  const int64_t N = qs.size(0), K = qs.size(1);
+  check(x, qs, d, N, K);
+  const int64_t M = x.numel() / K;
+  TORCH_CHECK(qs.scalar_type() == at::kChar, "q8_0_mm: qs must be int8 (N, K)");
+  at::Tensor y = at::empty(out_shape(x, N), x.options());
+  const float* xp = x.data_ptr<float>(); float* yp = y.data_ptr<float>();
+  const int8_t* qp = qs.data_ptr<int8_t>(); const at::Half* dp = d.data_ptr<at::Half>();
+  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
+    const float* xr = xp + r0 * K; float* yr = yp + r0 * N;
+    switch (R) {
+      case 1: q8_0_rows<1>(xr, K, qp, dp, n0, n1, yr, N); break;
+      case 2: q8_0_rows<2>(xr, K, qp, dp, n0, n1, yr, N); break;
+      case 3: q8_0_rows<3>(xr, K, qp, dp, n0, n1, yr, N); break;
+      default: q8_0_rows<4>(xr, K, qp, dp, n0, n1, yr, N); break;
+    }
+  });
+  return y;
+}
+
+TORCH_LIBRARY(minillm, lib) {
+  lib.def("q4_1_mm(Tensor x, Tensor qs, Tensor d, Tensor m) -> Tensor");
+  lib.def("q8_0_mm(Tensor x, Tensor qs, Tensor d) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
+  lib.impl("q4_1_mm", &q4_1_mm);
+  lib.impl("q8_0_mm", &q8_0_mm);
+}
+"""
+
+_QK = {}
+
+def qkernels(verbose:bool=False) -> bool:
+    "Build (once per machine: torch caches the library) and load the C++ kernels `torch.ops.minillm.q4_1_mm` and `torch.ops.minillm.q8_0_mm`; False where they cannot be built, with the reason in `qkernel_error()`."
+    if 'ok' in _QK: return _QK['ok']
+    try:
+        import hashlib
+        from torch.utils.cpp_extension import load_inline
+        name = 'minillm_qkernels_' + hashlib.sha1(QKERNEL_SOURCE.encode()).hexdigest()[:10]   # a new source, a new build
+        if not hasattr(torch.ops.minillm, 'q4_1_mm'):
+            load_inline(name=name, cpp_sources=QKERNEL_SOURCE, extra_cflags=['-O3', '-march=native', '-fopenmp'],
+                        extra_ldflags=['-fopenmp'], is_python_module=False, verbose=verbose)
+        for op in ('q4_1_mm', 'q8_0_mm'):                                   # output shapes, for torch.compile
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(f'minillm::{op}', 'Meta'):
+                torch.library.register_fake(f'minillm::{op}')(lambda x, qs, *rest: x.new_empty(*x.shape[:-1], qs.shape[0]))
+        _QK['ok'], _QK['error'] = True, None
+    except Exception as e:                                                  # no compiler, no ninja, a foreign CPU: fall back
+        msg = str(e).strip().splitlines()
+        _QK['ok'], _QK['error'] = False, f"{type(e).__name__}: {msg[-1] if msg else ''}"
+        warnings.warn(f"minillm: the C++ block kernels could not be built ({_QK['error']}); Q4_1 layers fall back to torch's "
+                      f"int4 kernel (bfloat16 scales and activations) and Q8_0 layers to their dequantized float32 weights")
+    return _QK['ok']
+
+def qkernel_error() -> str|None:
+    "Why the C++ kernels could not be built (None: they were, or nobody asked yet)."
+    return _QK.get('error')
+
+# %% ../nbs/09_fast.ipynb #blk-mods
+def q4_1_blocks(w:torch.Tensor):
+    "GGUF Q4_1 blocks of `w (N, K)`: `(qs (N, K/2) uint8, d (N, K/32) float16, m (N, K/32) float16)`, qs[j] = code j | code j+16 << 4 of each block."
+    N, K = w.shape
+    b = _groups(w, 32)
+    lo, hi = b.amin(-1, keepdim=True), b.amax(-1, keepdim=True)
+    d = (hi - lo) / 15
+    q = torch.where(d > 0, (b - lo) / d, 0.).add(0.5).trunc().clamp(0, 15).to(torch.uint8)   # llama.cpp's quantize_row_q4_1_ref
+    qs = (q[..., :16] | (q[..., 16:] << 4)).reshape(N, K // 2)
+    return qs.contiguous(), d.squeeze(-1).half(), lo.squeeze(-1).half()
+
+def q8_0_blocks(w:torch.Tensor):
+    "GGUF Q8_0 blocks of `w (N, K)`: `(qs (N, K) int8, d (N, K/32) float16)`."
+    N, K = w.shape
+    b = _groups(w, 32)
+    d = b.abs().amax(-1, keepdim=True) / 127
+    q = _round_away(torch.where(d > 0, b / d, 0.)).to(torch.int8)
+    return q.reshape(N, K).contiguous(), d.squeeze(-1).half()
+
+def _split_q4_1(raw:torch.Tensor):
+    "GGUF Q4_1 bytes `(N, K/32 * 20)` uint8 (per block: d float16, m float16, 16 bytes of codes) as `(qs, d, m)`."
+    N = raw.shape[0]; r = raw.reshape(N, -1, 20)
+    return r[..., 4:].reshape(N, -1).contiguous(), r[..., :2].contiguous().view(torch.float16).reshape(N, -1), r[..., 2:4].contiguous().view(torch.float16).reshape(N, -1)
+
+def _split_q8_0(raw:torch.Tensor):
+    "GGUF Q8_0 bytes `(N, K/32 * 34)` uint8 (per block: d float16, 32 int8 codes) as `(qs, d)`."
+    N = raw.shape[0]; r = raw.reshape(N, -1, 34)
+    return r[..., 2:].reshape(N, -1).contiguous().view(torch.int8), r[..., :2].contiguous().view(torch.float16).reshape(N, -1)
+
+class Q4_1Linear(nn.Module):
+    "A linear layer whose weight stays in GGUF Q4_1 blocks of 32 (`w = d * q + m`, 20 bytes per block), multiplied by a C++ kernel with float32 activations."
+    def __init__(self, qs:torch.Tensor, d:torch.Tensor, m:torch.Tensor, bias:torch.Tensor|None=None):
+        super().__init__()
+        N, K2 = qs.shape
+        if qs.dtype != torch.uint8 or d.shape != (N, K2 // 16) or m.shape != d.shape: raise ValueError(f"Q4_1Linear: expected qs (N, K/2) uint8 and d, m (N, K/32), got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}, {tuple(m.shape)}")
+        self.out_features, self.in_features = N, K2 * 2
+        self.register_buffer('qs', qs.contiguous()); self.register_buffer('d', d.half().contiguous()); self.register_buffer('m', m.half().contiguous())
+        self.register_buffer('bias', None if bias is None else bias.detach().float())
+        self.fast = qkernels()
+        if not self.fast: self._pack()
+
+    @classmethod
+    def from_float(cls, w:torch.Tensor, bias=None) -> Q4_1Linear:
+        "Round `w (N, K)` to Q4_1 blocks (llama.cpp's rounding)."
+        return cls(*q4_1_blocks(w), bias=bias)
+
+    def codes(self) -> torch.Tensor:
+        "The 4-bit codes `(N, K)` int32, 0..15."
+        q = self.qs.view(self.out_features, -1, 16).int()
+        return torch.cat([q & 15, q >> 4], -1).reshape(self.out_features, self.in_features)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        "The float32 weight `d * q + m` these blocks stand for."
+        N, K = self.out_features, self.in_features
+        return (self.codes().view(N, K // 32, 32).float() * self.d.float()[..., None] + self.m.float()[..., None]).view(N, K)
+
+    def _pack(self):                                       # fallback: torch's int4 kernel, w = (q - 8) * s + z, so z = m + 8 d
+        pad = -self.out_features % 16                      # it wants a multiple of 16 rows
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(F.pad(self.codes(), (0, 0, 0, pad)), 2)
+        d, m = F.pad(self.d.float(), (0, 0, 0, pad)), F.pad(self.m.float(), (0, 0, 0, pad))
+        self.sz = torch.stack([d.t(), (m + 8 * d).t()], -1).contiguous().bfloat16()      # (K/32, N + pad, 2)
+
+    def forward(self, x):                                  # x: (..., K) -> (..., N)
+        if self.fast: y = torch.ops.minillm.q4_1_mm(x.float().contiguous(), self.qs, self.d, self.m)   # no copies for a float32 x
+        else: y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, self.in_features).bfloat16(), self.packed, 32,
+                                                             self.sz)[:, :self.out_features].float().view(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={'C++' if self.fast else 'torch int4'}"
+
+class Q8_0Linear(nn.Module):
+    "A linear layer whose weight stays in GGUF Q8_0 blocks of 32 (`w = d * q`, 34 bytes per block), multiplied by a C++ kernel with float32 activations."
+    def __init__(self, qs:torch.Tensor, d:torch.Tensor, bias:torch.Tensor|None=None):
+        super().__init__()
+        N, K = qs.shape
+        if qs.dtype != torch.int8 or d.shape != (N, K // 32): raise ValueError(f"Q8_0Linear: expected qs (N, K) int8 and d (N, K/32), got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}")
+        self.out_features, self.in_features = N, K
+        self.register_buffer('qs', qs.contiguous()); self.register_buffer('d', d.half().contiguous())
+        self.register_buffer('bias', None if bias is None else bias.detach().float())
+        self.fast = qkernels()
+        if not self.fast: self.w = self.dequantized_weight()
+
+    @classmethod
+    def from_float(cls, w:torch.Tensor, bias=None) -> Q8_0Linear:
+        return cls(*q8_0_blocks(w), bias=bias)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        N, K = self.out_features, self.in_features
+        return (self.qs.view(N, K // 32, 32).float() * self.d.float()[..., None]).view(N, K)
+
+    def forward(self, x):                                  # x: (..., K) -> (..., N)
+        y = torch.ops.minillm.q8_0_mm(x.float().contiguous(), self.qs, self.d) if self.fast else F.linear(x.float(), self.w)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={'C++' if self.fast else 'float32'}"
+
+
+# %% ../nbs/09_fast.ipynb #blk-load
+BLOCK_FORMATS = {'q4_1': Q4_1Linear, 'q8_0': Q8_0Linear}
+_GGUF_PARTS = {('self_attn', 'qkv_proj'): ('attn_q', 'attn_k', 'attn_v'), ('self_attn', 'o_proj'): ('attn_output',),
+               ('mlp', 'gate_up_proj'): ('ffn_gate', 'ffn_up'), ('mlp', 'down_proj'): ('ffn_down',)}
+
+def _raw_blocks(reader, cfg, fmt):
+    "{gguf tensor name: its blocks as `(qs, d[, m])`} for the tensors of `reader` stored in `fmt` (Q/K rows un-permuted)."
+    out = {}
+    for t in reader.tensors:
+        if t.tensor_type.name.lower() != fmt: continue
+        raw = torch.from_numpy(t.data.copy())                               # (N, bytes per row) uint8
+        if t.name.endswith('attn_q.weight'): raw = unpermute_rope(raw, cfg.n_heads)
+        if t.name.endswith('attn_k.weight'): raw = unpermute_rope(raw, cfg.n_kv_heads)
+        out[t.name] = _split_q4_1(raw) if fmt == 'q4_1' else _split_q8_0(raw)
+    return out
+
+def to_blocks(llm:LLM, fmt:str='q4_1', gguf_path=None, head:str='q8_0') -> LLM:
+    "`llm` with every block projection in `fmt` ('q4_1' or 'q8_0') blocks and the LM head in `head` blocks (None: left as it is); blocks the GGUF file `gguf_path` already stores in that format are taken as they are, others are rounded from `llm`'s float weights."
+    if fmt not in BLOCK_FORMATS: raise ValueError(f"to_blocks: fmt must be one of {list(BLOCK_FORMATS)}, got {fmt!r}")
+    if head not in (None, *BLOCK_FORMATS): raise ValueError(f"to_blocks: head must be None or one of {list(BLOCK_FORMATS)}, got {head!r}")
+    m = llm.model
+    if m.dtype != torch.float32 or m.device.type != 'cpu': raise ValueError(f"to_blocks: the block kernels run on the CPU with float32 activations; got a {m.dtype} model on {m.device}")
+    cfg, raw = m.cfg, {}
+    if gguf_path is not None:
+        from minillm.weights import _read_gguf
+        reader = _read_gguf(gguf_path)
+        raw = _raw_blocks(reader, cfg, fmt) | ({} if head in (None, fmt) else _raw_blocks(reader, cfg, head))
+    kept = made = 0
+    for i, blk in enumerate(m.layers):
+        for (part, name), parts in _GGUF_PARTS.items():
+            mod = getattr(blk, part); lin = getattr(mod, name)
+            if not isinstance(lin, nn.Linear): raise ValueError(f"to_blocks: layer {i} {part}.{name} is already a {type(lin).__name__}; start from a float model")
+            keys = [f'blk.{i}.{p}.weight' for p in parts]
+            if all(k in raw for k in keys):
+                new = BLOCK_FORMATS[fmt](*[torch.cat(z) for z in zip(*(raw[k] for k in keys))], bias=lin.bias); kept += 1
+            else: new = BLOCK_FORMATS[fmt].from_float(lin.weight, lin.bias); made += 1
+            setattr(mod, name, new)
+    if head is not None:
+        hw = m.embed_tokens.weight if m.lm_head is None else m.lm_head.weight
+        key = 'token_embd.weight' if m.lm_head is None else 'output.weight'
+        m.lm_head = BLOCK_FORMATS[head](*raw[key]) if key in raw else BLOCK_FORMATS[head].from_float(hw)
+    m.block_stats = dict(kept=kept, rounded=made)
+    return llm
+
+def load_blocks(path=None, device='cpu', progress:bool=True, fmt:str='q4_1') -> LLM:
+    "Load `path` (default: the embedded SmolLM2-135M-Instruct's Q4_1 GGUF file) with its block projections in `fmt` blocks and its head in Q8_0, the file's own blocks kept where it stores them in that format."
+    from minillm.weights import default_gguf
+    if str(device) != 'cpu': raise ValueError(f"dtype={fmt!r} runs on the CPU (its kernels are C++ for x86/ARM CPUs), got device={device!r}")
+    llm = LLM(*load_weights(path, 'cpu', torch.float32, progress))        # the embedded model: its folder, converted from the GGUF file
+    gguf_file = default_gguf(progress=progress) if path is None else Path(path).expanduser()
+    to_blocks(llm, fmt, gguf_file if gguf_file.is_file() else None, head='q8_0')
+    llm.name = f"{llm.name} ({fmt})"
+    return llm
+
+def load_q4_1(path=None, device='cpu', progress:bool=True) -> LLM:
+    "`LLM.load(path, dtype='q4_1')`: block projections in Q4_1 blocks (the file's own when it stores Q4_1), LM head in Q8_0, run by the C++ kernels."
+    return load_blocks(path, device, progress, 'q4_1')
+
+def load_q8_0(path=None, device='cpu', progress:bool=True) -> LLM:
+    "`LLM.load(path, dtype='q8_0')`: the int8 weight-only form of any GGUF file or float model: Q8_0 blocks of 32 (a float16 scale each) everywhere, head included."
+    return load_blocks(path, device, progress, 'q8_0')
+
+register_format('q4_1', '09', "the file's Q4_1 blocks (Q8_0 head) kept as they are, run by a C++ kernel with float32 activations",
+                lambda call: load_q4_1(call.path, call.device, call.progress))
+register_format('q8_0', '09', "int8 weight-only: Q8_0 blocks of 32 for every projection and the head, run by a C++ kernel",
+                lambda call: load_q8_0(call.path, call.device, call.progress))
+
+# %% ../nbs/09_fast.ipynb #blk-prof
+import contextlib, statistics
+MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')
+
+@contextlib.contextmanager
+def _labelled():
+    "RMSNorm and rotary embeddings run under profiler labels 'norm' and 'rotary' (chapter 00's functions, wrapped for the duration)."
+    import minillm.model as M
+    from torch.profiler import record_function
+    norm_fwd, rope = M.RMSNorm.forward, M.apply_rope_fast
+    def nf(self, x):
+        with record_function('minillm::norm'): return norm_fwd(self, x)
+    def rf(*a):
+        with record_function('minillm::rotary'): return rope(*a)
+    M.RMSNorm.forward, M.apply_rope_fast = nf, rf
+    try: yield
+    finally: M.RMSNorm.forward, M.apply_rope_fast = norm_fwd, rope
+
+def step_split(llm, context:int=64, steps:int=16) -> dict:
+    "Milliseconds of one greedy decode step (one row after `context` tokens), split by torch.profiler into matrix products, attention, norms and rotary, sampling (the greedy pick and its host sync) and the rest (Python, dispatch, small operators)."
+    from torch.profiler import profile, ProfilerActivity, record_function
+    from minillm.kvcache import KVCache
+    if steps < 1 or context < 1: raise ValueError(f"step_split: steps and context must be >= 1, got {steps}, {context}")
+    model = llm.model
+    ids = torch.randint(0, llm.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(0))
+    def run(n, cache, tok):
+        for _ in range(n):
+            logits = model(tok, cache=cache)
+            with record_function('minillm::sampling'): tok = logits[:, -1].argmax(-1, keepdim=True); tok.item()
+        return tok
+    with torch.inference_mode(), (_labelled() if isinstance(model, Transformer) else contextlib.nullcontext()):
+        cache = llm.new_cache(1, context + 2 * steps + 2)
+        model(ids, cache=cache)                                            # prefill
+        tok = run(steps, cache, ids[:, -1:])                               # warm-up steps (and compilation, for a compiled model)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter(); run(steps, cache, tok); wall = time.perf_counter() - t0
+    ev = prof.key_averages()
+    def tot(names): return sum(e.cpu_time_total for e in ev if e.key in names) / 1e3 / steps
+    res = dict(step=wall * 1e3 / steps, matmul=tot(MATMUL_OPS), attention=tot(('aten::scaled_dot_product_attention',)),
+               norms_rotary=tot(('minillm::norm', 'minillm::rotary')), sampling=tot(('minillm::sampling',)))
+    res['rest'] = max(res['step'] - sum(v for k, v in res.items() if k != 'step'), 0.0)
+    return res
+
+def minillm_runner(llm:LLM):
+    "`run(ids, max_new_tokens) -> token ids`: greedy decoding by `llm`, EOS ignored (the form of `llama_cpp_runner`)."
+    return lambda ids, n: llm.generate(list(ids), max_new_tokens=n, ignore_eos=True).token_ids
+
+def stream_bench(systems:dict, ids:list[int], max_new_tokens:int=128, reps:int=5, baseline:str|None=None, file=None) -> dict:
+    "{name: dict(tok_s, ms_per_token, agree)}: median over `reps` runs of greedy decoding (`max_new_tokens` new tokens, EOS ignored) by each of `systems` ({name: run(ids, n) -> token ids}), one warm-up each, runs alternating between systems; a progress line per run on `file` (None: none); ratios against `baseline` (default: the last system) and 'agree': leading tokens equal to the first system's."
+    for n, v in [('max_new_tokens', max_new_tokens), ('reps', reps)]:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"stream_bench: {n} must be an integer >= 1, got {v!r}")
+    if not systems: raise ValueError("stream_bench: no systems to time")
+    say = (lambda s: print(s, file=file, flush=True)) if file is not None else (lambda s: None)
+    outs, times = {}, {k: [] for k in systems}
+    for k, run in systems.items():
+        t0 = time.perf_counter(); outs[k] = run(ids, max_new_tokens); say(f"warm-up {k}: {max_new_tokens / (time.perf_counter() - t0):.1f} tok/s")
+    for r in range(reps):
+        for k, run in systems.items():
+            t0 = time.perf_counter(); run(ids, max_new_tokens); times[k].append(time.perf_counter() - t0)
+            say(f"run {r + 1}/{reps} {k}: {max_new_tokens / times[k][-1]:.1f} tok/s")
+    first = outs[next(iter(systems))]
+    res = {k: dict(tok_s=max_new_tokens / statistics.median(t), ms_per_token=statistics.median(t) / max_new_tokens * 1e3,
+                   agree=first_difference(outs[k], first)) for k, t in times.items()}
+    base = baseline or list(systems)[-1]
+    for r in res.values(): r['ratio'] = r['tok_s'] / res[base]['tok_s']
+    return res
+
+def print_bench(res:dict, baseline:str|None=None, file=None):
+    "The table of `stream_bench`'s result."
+    base = baseline or list(res)[-1]
+    w = max(len(k) for k in res) + 2
+    v = max(len(base) + 5, 8)
+    print(f"{'system':{w}}{'tok/s':>8}{'ms/token':>10}{'vs ' + base:>{v}}{'agree':>7}", file=file)
+    for k, r in res.items(): print(f"{k:{w}}{r['tok_s']:8.1f}{r['ms_per_token']:10.2f}{r['ratio']:{v - 1}.2f}x{r['agree']:7}", file=file)
