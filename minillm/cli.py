@@ -12,7 +12,7 @@ import minillm.all as mall
 __all__ = ['DEFAULT_DTYPE', 'main', 'generate_cli', 'bench_cli', 'serve_cli']
 
 # %% ../nbs/91_cli.ipynb #abe8da5c
-DEFAULT_DTYPE = 'q4_1'   # the form `minillm generate` runs unless --dtype says otherwise: the file's own 4-bit blocks (chapter 09)
+DEFAULT_DTYPE = 'float32'   # the form `minillm generate` runs unless --dtype says otherwise (chapter 09's q4_1 is faster, but compiles a kernel on first use)
 
 def _generate(prompt:str, max_new_tokens:int=64, chat:bool=False, temperature:float=0.0, top_k:int=0, top_p:float=1.0,
               min_p:float=0.0, repetition_penalty:float=1.0, seed:int|None=None, num_beams:int=1, stop:list|None=None,
@@ -87,7 +87,7 @@ def generate_cli(
     quiet:store_true=False,                         # No progress or timing on stderr
     draft:str=None,                                 # Speculative decoding: "prompt_lookup", or a draft model's .gguf file or folder
     num_draft_tokens:int=5,                         # Tokens the draft proposes per round (with --draft)
-    dtype:str=None,                                 # Weight form: q4_1 (default), float32, bfloat16, int8, q8_0, q4_0 (chapter 09)
+    dtype:str=None,                                 # Weight form: float32 (default), bfloat16, int8, q8_0, q4_0, q4_1 (chapter 09)
 ):
     "Stream a continuation of PROMPT from a language model."
     try:
