@@ -12,6 +12,7 @@ from fastcore.basics import patch
 from .model import ModelConfig, Transformer, rope_inv_freq, rotate_half
 from .weights import LLM
 from .kvcache import KVCache
+from .batching import merge_attention   # chapter 07's merge of two attention parts by log-sum-exp
 import minillm.batching   # `is_batch`, and chapter 07's modes registered
 import minillm.loop
 import minillm.fast       # chapter 09's formats and compiled steps registered for `LLM.load`
@@ -627,10 +628,10 @@ def flash_decode(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, num_splits:int=
     m = s.amax(-1, keepdim=True)                                            # per split: max, sum and unnormalised output
     p = (s - m).exp()
     l, o = p.sum(-1, keepdim=True), p @ vp                                  # (B, H_kv, g, P, T, 1), (B, H_kv, g, P, T, D)
-    M = m.amax(3, keepdim=True)                                             # merge: rescale each split to the global max
-    w = (m - M).exp()
-    out = (o * w).sum(3) / (l * w).sum(3)                                   # (B, H_kv, g, T, D)
-    return out.reshape(B, H, T, D)
+    o, lse = o / l, m + l.log()                                             # each split's attention output and log-sum-exp
+    out, L = o[:, :, :, 0], lse[:, :, :, 0]
+    for i in range(1, P): out, L = merge_attention(out, L, o[:, :, :, i], lse[:, :, :, i])   # chapter 07's exact merge, split by split
+    return out.reshape(B, H, T, D)                                          # (B, H_kv, g, T, D) -> (B, H, T, D)
 
 # %% ../nbs/11_long_context.ipynb #lc-fa-mem-lib
 def attention_peak_mib(kind:str, T:int, D:int=64, H:int=1, block:int=256) -> float:
