@@ -96,6 +96,8 @@ def generate_cli(
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
 
+
+# %% ../nbs/91_cli.ipynb #86348ed3-s1
 @call_parse
 def bench_cli(
     max_new_tokens:int=64,                          # Tokens to generate per run
@@ -142,6 +144,8 @@ def _bench_forms(form:str, max_new_tokens:int, reps:int, model:str|None, llama_c
     mall.print_bench(res, baseline='minillm float32', file=file)
     return res
 
+
+# %% ../nbs/91_cli.ipynb #86348ed3-s2
 @call_parse
 def serve_cli(
     model:str=None,                                 # A .gguf file or Hugging Face folder (default: embedded SmolLM2-135M-Instruct)
@@ -164,3 +168,4 @@ def serve_cli(
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
     except KeyboardInterrupt: print("minillm: stopped (SIGINT)", file=sys.stderr)   # Ctrl-C before the server was up (while the model loaded)
+

@@ -664,6 +664,8 @@ def _types(s:dict) -> set[str]:
 _TIGHTER = {'minimum': max, 'exclusiveMinimum': max, 'minLength': max, 'minItems': max, 'minProperties': max,
             'maximum': min, 'exclusiveMaximum': min, 'maxLength': min, 'maxItems': min, 'maxProperties': min}
 
+
+# %% ../nbs/05a_constrained.ipynb #cc000054-s1
 def _merge(a:dict, b:dict) -> dict:
     "One schema that holds exactly when both `a` and `b` hold (allOf, or anyOf/$ref with siblings); a ValueError where that is not expressible."
     a, b, out = _norm_schema(a), _norm_schema(b), None
@@ -724,6 +726,7 @@ def _disjoint(a, b) -> bool:
         vb = [pb[k]['const']] if 'const' in pb[k] else pb[k].get('enum')
         if va is not None and vb is not None and not {_jkey(x) for x in va} & {_jkey(x) for x in vb}: return True
     return False
+
 
 # %% ../nbs/05a_constrained.ipynb #cc000055
 ANY_KEY = '"' + STRING_CHAR + '*"'

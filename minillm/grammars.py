@@ -27,6 +27,8 @@ class Grammar:
 
 _ESC = {'n': 10, 'r': 13, 't': 9, '\\': 92, '"': 34, '[': 91, ']': 93, '-': 45, '/': 47, "'": 39}
 
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-s1
 class _GBNFParser:
     "llama.cpp's GBNF: `name ::= alternatives`, literals, [classes], ., groups, | ? * + {m} {m,} {m,n}, # comments."
     def __init__(self, text:str):
@@ -141,10 +143,13 @@ class _GBNFParser:
             r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item] + ([('r', tail)] if tail is not None else []), []]; tail = r
         return [item] * lo + ([('r', tail)] if tail is not None else [])
 
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-s2
 def parse_gbnf(text:str) -> Grammar:
     "Parse a grammar in llama.cpp's GBNF into byte-level rules (character classes become UTF-8 byte sequences); a ValueError names the line of a mistake."
     if not isinstance(text, str) or not text.strip(): raise ValueError("a GBNF grammar must be a non-empty string")
     return _GBNFParser(text).parse()
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000031
 _END, _TERM, _REF = 0, 1, 2
@@ -184,6 +189,8 @@ def _check_grammar(g:Grammar):
             if x not in seen: seen.add(x); todo += left[x]
     return nullable
 
+
+# %% ../nbs/05b_grammars.ipynb #gc000031-s1
 class GrammarAutomaton:
     """A pushdown recognizer over bytes run as a lazily built DFA. A state is a set of stacks; a stack is a tuple of positions in the
     grammar's alternatives (the innermost last), each stack's top pointing at a byte range to read next; the empty stack means the root
@@ -266,6 +273,7 @@ class GrammarAutomaton:
         return s != DEAD and self.accept[s]
 
     def __repr__(self): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000041
 def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states) -> np.ndarray:

@@ -391,6 +391,8 @@ def _worker_main(rank:int, size:int, port:int, path:str, dtype, device:str, back
 # %% ../nbs/12_parallel.ipynb #pp-driver
 _DRIVERS = weakref.WeakSet()
 
+
+# %% ../nbs/12_parallel.ipynb #pp-driver-s1
 class TPDriver:
     "Owns the worker processes and the pipes to them; announces each step so that every rank runs it with the driver (rank 0)."
     def __init__(self, procs, conns, comm, store):
@@ -457,6 +459,8 @@ class TPDriver:
         self.send('stats')
         return [dict(calls=self.comm.calls, bytes=self.comm.bytes)] + [_get(c)[1] for c in self.conns]
 
+
+# %% ../nbs/12_parallel.ipynb #pp-driver-s2
 def _shutdown(procs, conns, timeout:float=5.0):
     "Ask every worker to stop, then terminate and kill what is left; reap them all."
     procs, conns = procs or [], conns or []
@@ -516,6 +520,8 @@ def _driver_of(obj):
         if not d.closed and key in d.bufs.uids: return d
     return None
 
+
+# %% ../nbs/12_parallel.ipynb #pp-driver-s3
 def _mirror(cls, name, when=None):
     "Make `cls.name` run on every rank when its object's storages belong to a tensor-parallel model (and `when(self, *args)` says data moves)."
     orig = getattr(cls, name)
@@ -530,6 +536,7 @@ def _mirror(cls, name, when=None):
 _mirror(KVCache, 'select')
 _mirror(KVCache, 'reorder')
 _mirror(PagedKVCache, 'grow', when=lambda self, seq_id, n: n > 0 and self._needs_copy(seq_id))
+
 
 # %% ../nbs/12_parallel.ipynb #pp-front
 class ParallelLLM(LLM):
@@ -589,6 +596,8 @@ def _worker_entry():
     kw = _get(conn)
     globals()[kw.pop('target', '_worker_main')](rank, conn=conn, **kw)
 
+
+# %% ../nbs/12_parallel.ipynb #pp-front-s1
 def _spawn_workers(N:int, kw:dict, timeout:float):
     "Start ranks 1..N-1 as fresh Python processes that import minillm.parallel; return them and a connection to each."
     from multiprocessing.connection import Listener
@@ -623,6 +632,8 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
+
+# %% ../nbs/12_parallel.ipynb #pp-front-s2
 def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu', dtype:torch.dtype=torch.float32,
                          backend:str|None=None, timeout:float=60.0, threads:int|None=None, start_timeout:float=300.0,
                          rope_scaling:dict|None=None) -> ParallelLLM:
@@ -683,6 +694,8 @@ def _apply_tp(llm:LLM, value:int, call) -> ParallelLLM:
 register_load_option('tensor_parallel_size', '12', "split the model over N processes, tensor parallelism (`close()` or `with` stops them)",
                      default=1, check=_check_tp_value, apply=_apply_tp)
 
+
+# %% ../nbs/12_parallel.ipynb #pp-front-s3
 def _await(procs, conns, what:str, timeout:float):
     "Wait until every worker has said `what`; a worker that reports an error or dies raises a RuntimeError at once."
     deadline, got = time.monotonic() + timeout, set()
@@ -697,6 +710,7 @@ def _await(procs, conns, what:str, timeout:float):
             elif not p.is_alive() and not c.poll(0):
                 raise RuntimeError(f"tensor-parallel worker rank {r} died while starting (exit code {p.exitcode})")
         if time.monotonic() > deadline: raise RuntimeError(f"tensor-parallel workers did not become {what!r} within {timeout} s")
+
 
 # %% ../nbs/12_parallel.ipynb #pp-folder
 def save_model_folder(folder, cfg:ModelConfig, sd:dict|None=None, seed:int=0, tokenizer_from=None) -> Path:
@@ -819,6 +833,8 @@ def allreduce_bytes_per_step(cfg:ModelConfig, tokens:int=1, itemsize:int=4) -> d
     return dict(per_allreduce=x, per_layer=2 * x, allreduces=2 * cfg.n_layers + 1, total_allreduce=(2 * cfg.n_layers + 1) * x,
                 head_gather=tokens * cfg.vocab_size * itemsize)
 
+
+# %% ../nbs/12_parallel.ipynb #pp-cost-lib-s1
 def shard_compute_times(cfg:ModelConfig, ranks:int, batch:int=1, context:int=64, reps:int=20) -> dict:
     "Median seconds, in this process, of one rank's work in a decode step of `batch` rows: one block of `shard_config(cfg, ranks)` (no collectives) and the head's vocabulary slice."
     scfg = shard_config(cfg, ranks)
@@ -867,6 +883,7 @@ def tp_step_time(llm, batch:int=1, context:int=64, reps:int=10) -> float:
             cache.set_lengths(context)
             t0 = time.perf_counter(); m(ids[:, context:], cache=cache, last_only=True); ts.append(time.perf_counter() - t0)
     return sorted(ts[2:])[reps // 2]
+
 
 # %% ../nbs/12_parallel.ipynb #pp-gpu
 GPU_LINKS = {   # name: (alpha s per ring step: an assumption, beta bytes/s each way: published)
