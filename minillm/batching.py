@@ -249,7 +249,7 @@ def generate_many(llm:LLM, prompt, kw:dict):
                          f"a drafter object cannot be shared by several rows, got {type(draft).__name__}")
     return run_speculative_batch(llm, reqs, draft, 5 if num_draft_tokens is None else num_draft_tokens, max_ngram)
 
-register_mode(GenerateMode('batch and n', '07', {}, 'a list of prompts (or of params), or n > 1', generate=generate_many,
+register_mode(GenerateMode('batch and n', '07', {}, 'a list of prompts or params, or n > 1', generate=generate_many,
                            claims=lambda prompt, kw: is_batch(prompt) or isinstance(kw.get('params'), (list, tuple)) or _asks_n(kw.get('params'), kw)))
 
 # %% ../nbs/07_batching.ipynb #07c00070
