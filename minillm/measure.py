@@ -67,7 +67,8 @@ def load_line() -> str:
 
 
 # %% ../nbs/01a_measure.ipynb #m1a15
-def step_cost(llm:LLM, rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7, batched:bool=False) -> dict[int, float]:
+def step_cost(llm,  # an `LLM` (chapter 01) whose `new_cache` exists (chapter 04)
+               rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7, batched:bool=False) -> dict[int, float]:
     "Median seconds of one cached forward pass for each n in `rows` after a `context`-token prefix: n new tokens of one sequence (verifying a draft), or with `batched`, one new token in each of n sequences (a batched or beam decoding step)."
     if not rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows): raise ValueError(f"step_cost: rows must be integers >= 1, got {rows!r}")
     if context < 1 or reps < 1: raise ValueError(f"step_cost: context and reps must be >= 1, got {context}, {reps}")
