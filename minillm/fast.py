@@ -504,7 +504,7 @@ import warnings
 from pathlib import Path
 from .weights import unpermute_rope, default_gguf
 
-QKERNEL_SOURCE = r"""
+_QK_Q4_1 = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -571,7 +571,11 @@ static void q4_1_rows(const float* x, int64_t K, const uint8_t* qs, const at::Ha
 }
 
 template <int R>
-static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
+"""   # part 1 of the kernels' C++ source: the header and the Q4_1 row kernel
+
+
+# %% ../nbs/09_fast.ipynb #blk-src-2
+_QK_Q8_0 = r"""static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
   const int64_t nb = K / 32;
   for (int64_t n = n0; n < n1; ++n) {
     const int8_t* q = qs + n * K;
@@ -624,7 +628,11 @@ static void by_rows(int64_t M, int64_t N, F f) {
   }
 }
 
-static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t N) {
+"""   # part 2: the Q8_0 row kernel, the checks and the row-chunk driver
+
+
+# %% ../nbs/09_fast.ipynb #blk-src-3
+_QK_OPS = r"""static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t N) {
   std::vector<int64_t> s(x.sizes().begin(), x.sizes().end()); s.back() = N; return s;   // (..., K) -> (..., N)
 }
 
@@ -679,8 +687,8 @@ TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
   lib.impl("q4_1_mm", &q4_1_mm);
   lib.impl("q8_0_mm", &q8_0_mm);
 }
-"""
-
+"""   # part 3: the operators torch calls
+QKERNEL_SOURCE = _QK_Q4_1 + _QK_Q8_0 + _QK_OPS
 _QK = {}
 
 def qkernels(verbose:bool=False) -> bool:
