@@ -70,41 +70,47 @@ class Request:
     @property
     def finished(self) -> bool: return self.finish_reason is not None
 
-    def pick(self, logits:torch.Tensor) -> int:
-        "The next token from this row's logits `(1, V)`, exactly as `llm.generate` would choose it for this prompt alone."
-        if self.ban is not None and len(self.out) < self.params.min_new_tokens:
-            logits = logits.index_fill(-1, self.ban, float('-inf'))
-        tokens = torch.tensor([self.prompt_ids + self.out], device=logits.device)   # (1, T) the text so far
-        return int(sample(logits, self.params, tokens, self.gen, len(self.prompt_ids), self.eos)[0])
+# %% ../nbs/07_batching.ipynb #07c00010p
+@patch
+def pick(self:Request, logits:torch.Tensor) -> int:
+    "The next token from this row's logits `(1, V)`, exactly as `llm.generate` would choose it for this prompt alone."
+    if self.ban is not None and len(self.out) < self.params.min_new_tokens:
+        logits = logits.index_fill(-1, self.ban, float('-inf'))
+    tokens = torch.tensor([self.prompt_ids + self.out], device=logits.device)   # (1, T) the text so far
+    return int(sample(logits, self.params, tokens, self.gen, len(self.prompt_ids), self.eos)[0])
 
-    def add(self, token:int, logprobs:torch.Tensor) -> str:
-        "Append `token` (with the row's log-probabilities `(V,)`), check the stop conditions; return the newly final text."
-        top = None
-        if self.params.logprobs:
-            v, ix = logprobs.topk(min(self.params.logprobs, logprobs.shape[-1]))
-            top = dict(zip(ix.tolist(), v.tolist()))
-        self.out.append(token); self.logprobs.append(logprobs[token].item()); self.tops.append(top)
-        piece = self.asm.add(token)
-        if token in self.stop_ids or self.asm.stopped: self.finish_reason = 'stop'
-        elif len(self.out) >= self.params.max_new_tokens: self.finish_reason = 'length'
-        return piece
+@patch
+def add(self:Request, token:int, logprobs:torch.Tensor) -> str:
+    "Append `token` (with the row's log-probabilities `(V,)`), check the stop conditions; return the newly final text."
+    top = None
+    if self.params.logprobs:
+        v, ix = logprobs.topk(min(self.params.logprobs, logprobs.shape[-1]))
+        top = dict(zip(ix.tolist(), v.tolist()))
+    self.out.append(token); self.logprobs.append(logprobs[token].item()); self.tops.append(top)
+    piece = self.asm.add(token)
+    if token in self.stop_ids or self.asm.stopped: self.finish_reason = 'stop'
+    elif len(self.out) >= self.params.max_new_tokens: self.finish_reason = 'length'
+    return piece
 
-    def result(self) -> Generation:
-        "The `Generation` so far (final once `finished`); timing from arrival to first token and from there to the last."
-        self.asm.flush()
-        t0 = self.t_arrival or 0.0
-        first = (self.t_first - t0) if self.t_first is not None else 0.0
-        decode = (self.t_done - self.t_first) if self.t_done is not None and self.t_first is not None else 0.0
-        g = Generation(self.asm.text, list(self.out), list(self.logprobs), self.finish_reason or 'length', list(self.prompt_ids),
-                       first, decode, list(self.tops) if self.params.logprobs else None, target_passes=self.passes or len(self.out),
-                       draft_tokens=self.drafted, accepted_tokens=self.accepted)
-        g.cached_tokens = self.cached_tokens                               # prompt tokens found in the prefix cache (Engine)
-        return g
+@patch
+def result(self:Request) -> Generation:
+    "The `Generation` so far (final once `finished`); timing from arrival to first token and from there to the last."
+    self.asm.flush()
+    t0 = self.t_arrival or 0.0
+    first = (self.t_first - t0) if self.t_first is not None else 0.0
+    decode = (self.t_done - self.t_first) if self.t_done is not None and self.t_first is not None else 0.0
+    g = Generation(self.asm.text, list(self.out), list(self.logprobs), self.finish_reason or 'length', list(self.prompt_ids),
+                   first, decode, list(self.tops) if self.params.logprobs else None, target_passes=self.passes or len(self.out),
+                   draft_tokens=self.drafted, accepted_tokens=self.accepted)
+    g.cached_tokens = self.cached_tokens                               # prompt tokens found in the prefix cache (Engine)
+    return g
 
-    def __repr__(self):
-        return (f"Request({self.id!r}, {len(self.prompt_ids)} prompt tokens, {len(self.out)}/{self.params.max_new_tokens} generated, "
-                f"{self.status}{', ' + self.finish_reason if self.finished else ''})")
+@patch
+def __repr__(self:Request):
+    return (f"Request({self.id!r}, {len(self.prompt_ids)} prompt tokens, {len(self.out)}/{self.params.max_new_tokens} generated, "
+            f"{self.status}{', ' + self.finish_reason if self.finished else ''})")
 
+# %% ../nbs/07_batching.ipynb #07c00010r
 _samplers = {}                                                            # threads -> a pool that draws rows side by side
 
 def pick_rows(reqs:list[Request], logits:torch.Tensor, threads:int=1) -> tuple[list[int], torch.Tensor]:
@@ -392,6 +398,7 @@ def _release(self:PagedKVCache, b:int):
         if b in self._hash_of: self._evictable[b] = None
         else: self._free.append(b)
 
+# %% ../nbs/07_batching.ipynb #07c00051g
 @patch
 def _needs_copy(self:PagedKVCache, seq_id) -> bool:
     "True when `seq_id`'s next token goes into a partly filled last block that another table also holds (copy on write)."
@@ -421,6 +428,7 @@ def grow(self:PagedKVCache, seq_id, n:int):
         self._release(old); t[-1] = new; self.copies += 1
     while len(t) < self.blocks_for(self._len[seq_id] + n): t.append(self._alloc())
 
+# %% ../nbs/07_batching.ipynb #07c00051f
 @patch
 def free(self:PagedKVCache, seq_id):
     "Let go of `seq_id`'s blocks (each returns to the pool when no other table holds it) and forget the sequence."
@@ -441,7 +449,6 @@ def batch(self:PagedKVCache, seq_ids):   # -> PagedBatch (defined below)
     for s in seq_ids:
         if s not in self.tables: self.add(s)
     return PagedBatch(self, list(seq_ids))
-
 
 # %% ../nbs/07_batching.ipynb #07c00052
 class PagedBatch:
@@ -572,30 +579,34 @@ class Engine:
 
     def has_unfinished(self) -> bool: return bool(self.waiting or self.running)
 
-    def result(self, request_id) -> Generation|None:
-        "The `Generation` of a finished (or cancelled) request, None while it runs."
-        if request_id not in self.requests: raise ValueError(f"Engine.result: unknown request id {request_id!r}")
-        return self.results.get(request_id)
+# %% ../nbs/07_batching.ipynb #07c00060r
+@patch
+def result(self:Engine, request_id) -> Generation|None:
+    "The `Generation` of a finished (or cancelled) request, None while it runs."
+    if request_id not in self.requests: raise ValueError(f"Engine.result: unknown request id {request_id!r}")
+    return self.results.get(request_id)
 
-    def run(self) -> dict[int, Generation]:
-        "Step until every request has finished; the results of all requests so far."
-        while self.has_unfinished(): self.step()
-        return dict(self.results)
+@patch
+def run(self:Engine) -> dict[int, Generation]:
+    "Step until every request has finished; the results of all requests so far."
+    while self.has_unfinished(): self.step()
+    return dict(self.results)
 
-    def generate(self, prompts, params=None, **kwargs) -> list:
-        """Submit every prompt (all are checked first: one bad request submits none) and step until they finish. Returns one entry per prompt,
-        in input order: a `Generation`, or with `n` > 1 a list of `n` `Generation`s (sample i seeded `seed + i`)."""
-        if not is_batch(prompts): prompts = [prompts]
-        plist = batch_params(len(prompts), params, **kwargs)
-        groups = [self._request(p, pp) for p, pp in zip(prompts, plist)]
-        ids = [self._enqueue(g) for g in groups]
-        while any(i not in self.results for g in ids for i in g): self.step()
-        return [self.results[g[0]] if pp.n == 1 else [self.results[i] for i in g] for g, pp in zip(ids, plist)]
+@patch
+def generate(self:Engine, prompts, params=None, **kwargs) -> list:
+    """Submit every prompt (all are checked first: one bad request submits none) and step until they finish. Returns one entry per prompt,
+    in input order: a `Generation`, or with `n` > 1 a list of `n` `Generation`s (sample i seeded `seed + i`)."""
+    if not is_batch(prompts): prompts = [prompts]
+    plist = batch_params(len(prompts), params, **kwargs)
+    groups = [self._request(p, pp) for p, pp in zip(prompts, plist)]
+    ids = [self._enqueue(g) for g in groups]
+    while any(i not in self.results for g in ids for i in g): self.step()
+    return [self.results[g[0]] if pp.n == 1 else [self.results[i] for i in g] for g, pp in zip(ids, plist)]
 
-    def __repr__(self):
-        return (f"Engine(max_batch_size={self.max_batch_size}, max_tokens_per_step={self.max_tokens_per_step}, prefix_caching={self.prefix_caching}, "
-                f"{len(self.waiting)} waiting, {len(self.running)} running, {len(self.results)} finished, {self.steps} steps; {self.cache!r})")
-
+@patch
+def __repr__(self:Engine):
+    return (f"Engine(max_batch_size={self.max_batch_size}, max_tokens_per_step={self.max_tokens_per_step}, prefix_caching={self.prefix_caching}, "
+            f"{len(self.waiting)} waiting, {len(self.running)} running, {len(self.results)} finished, {self.steps} steps; {self.cache!r})")
 
 # %% ../nbs/07_batching.ipynb #07c00061
 @patch
@@ -686,34 +697,38 @@ class PackedBatch:
             self.chunks.append((offs[i], n, read, mask))
         self.mask = SegmentedAttention(self)
 
-    def update(self, layer:int, k:torch.Tensor, v:torch.Tensor):
-        "Write the pack's new keys/values `(1, H_kv, N, D)` into their slots; attention then reads through `self.mask`."
-        kp, vp = self.pool.k[layer], self.pool.v[layer]                    # (slots, H_kv, D)
-        kp.index_copy_(0, self.write, k[0].transpose(0, 1).to(kp.dtype))
-        vp.index_copy_(0, self.write, v[0].transpose(0, 1).to(vp.dtype))
-        self.layer = layer
-        return k, v, self.mask
+# %% ../nbs/07_batching.ipynb #07c00062u
+@patch
+def update(self:PackedBatch, layer:int, k:torch.Tensor, v:torch.Tensor):
+    "Write the pack's new keys/values `(1, H_kv, N, D)` into their slots; attention then reads through `self.mask`."
+    kp, vp = self.pool.k[layer], self.pool.v[layer]                    # (slots, H_kv, D)
+    kp.index_copy_(0, self.write, k[0].transpose(0, 1).to(kp.dtype))
+    vp.index_copy_(0, self.write, v[0].transpose(0, 1).to(vp.dtype))
+    self.layer = layer
+    return k, v, self.mask
 
-    def attend(self, q:torch.Tensor, enable_gqa:bool=False) -> torch.Tensor:
-        "Attention output `(1, H, N, D)` for the packed queries `q` `(1, H, N, D)`, each row over its own sequence's keys."
-        kp, vp = self.pool.k[self.layer], self.pool.v[self.layer]          # (slots, H_kv, D)
-        H_kv, D = kp.shape[1:]
-        y = torch.empty_like(q)
-        if self.shared: self._attend_cascade(q, y, kp, vp)                 # rows that share prompt blocks (next section)
-        sdpa = F.scaled_dot_product_attention
-        if len(self.one_idx):                                              # one batched call for every one-token row
-            B1, S = self.one_read.shape
-            K = kp[self.one_read].transpose(1, 2)                          # (B1, H_kv, S, D): a gather through the block tables
-            V = vp[self.one_read].transpose(1, 2)
-            q1 = q[0, :, self.one_idx].transpose(0, 1)[:, :, None]         # (B1, H, 1, D)
-            y[0, :, self.one_idx] = sdpa(q1, K, V, attn_mask=self.one_mask, enable_gqa=enable_gqa)[:, :, 0].transpose(0, 1)
-        for o, n, read, mask in self.chunks:                               # a causal call per chunk, over its prefix and itself
-            K, V = kp[read].transpose(0, 1)[None], vp[read].transpose(0, 1)[None]   # (1, H_kv, a+n, D)
-            y[:, :, o:o + n] = sdpa(q[:, :, o:o + n], K, V, attn_mask=mask, is_causal=mask is None, enable_gqa=enable_gqa)
-        return y
+@patch
+def attend(self:PackedBatch, q:torch.Tensor, enable_gqa:bool=False) -> torch.Tensor:
+    "Attention output `(1, H, N, D)` for the packed queries `q` `(1, H, N, D)`, each row over its own sequence's keys."
+    kp, vp = self.pool.k[self.layer], self.pool.v[self.layer]          # (slots, H_kv, D)
+    H_kv, D = kp.shape[1:]
+    y = torch.empty_like(q)
+    if self.shared: self._attend_cascade(q, y, kp, vp)                 # rows that share prompt blocks (next section)
+    sdpa = F.scaled_dot_product_attention
+    if len(self.one_idx):                                              # one batched call for every one-token row
+        B1, S = self.one_read.shape
+        K = kp[self.one_read].transpose(1, 2)                          # (B1, H_kv, S, D): a gather through the block tables
+        V = vp[self.one_read].transpose(1, 2)
+        q1 = q[0, :, self.one_idx].transpose(0, 1)[:, :, None]         # (B1, H, 1, D)
+        y[0, :, self.one_idx] = sdpa(q1, K, V, attn_mask=self.one_mask, enable_gqa=enable_gqa)[:, :, 0].transpose(0, 1)
+    for o, n, read, mask in self.chunks:                               # a causal call per chunk, over its prefix and itself
+        K, V = kp[read].transpose(0, 1)[None], vp[read].transpose(0, 1)[None]   # (1, H_kv, a+n, D)
+        y[:, :, o:o + n] = sdpa(q[:, :, o:o + n], K, V, attn_mask=mask, is_causal=mask is None, enable_gqa=enable_gqa)
+    return y
 
-    def advance(self, T:int):
-        for s, a, n in self.rows: self.pool._len[s] = a + n
+@patch
+def advance(self:PackedBatch, T:int):
+    for s, a, n in self.rows: self.pool._len[s] = a + n
 
 def forward_packed(model:Transformer, ids:torch.Tensor, batch:PackedBatch, out_rows:list[int]) -> torch.Tensor:
     "The model's forward pass over a packed step `ids` `(1, N)`; logits `(len(out_rows), V)` only at the pack positions `out_rows` (the head is the costliest layer)."

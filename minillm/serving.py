@@ -70,6 +70,7 @@ class _Sampling(_Body):
     grammar: str | None = None                                 # chapter 05b: a GBNF grammar (vLLM's extra body field; `guided_grammar` is its older name)
     guided_grammar: str | None = None
 
+# %% ../nbs/08_serving.ipynb #08c00021e
 class CompletionRequest(_Sampling):
     "Body of `POST /v1/completions`."
     prompt: str | list[int] | list[str] | list[list[int]]
@@ -733,6 +734,7 @@ class _Uvicorn(uvicorn.Server):
     @property
     def stopped_by(self) -> str|None: return signal.Signals(self.signals[0]).name if self.signals else None
 
+# %% ../nbs/08_serving.ipynb #08c00051s
 class Server:
     "An OpenAI-compatible server for `llm` on a background thread (for notebooks and tests): `with Server(llm) as s: OpenAI(base_url=s.base_url, ...)`."
     def __init__(self, llm:LLM, host:str='127.0.0.1', port:int=0, max_batch_size:int=16, api_key:str|None=None,
