@@ -20,12 +20,10 @@ from .batching import PagedKVCache
 import minillm.batching
 
 # %% auto #0
-__all__ = ['GPU_LINKS', 'H100_HBM', 'split_columns', 'split_rows', 'check_tp_size', 'shard_config', 'shard_slices', 'shard_of',
-           'plot_shards', 'make_group', 'Comm', 'RowParallelLinear', 'VocabParallelEmbedding', 'VocabParallelHead',
-           'build_shard', 'ship', 'unship', 'storages_of', 'load_config', 'load_shard_weights', 'TPDriver',
-           'LayerStack', 'ParallelLLM', 'load_tensor_parallel', 'save_model_folder', 'dtensor_mlp', 'allreduce_times',
-           'fit_alpha_beta', 'ring_allreduce_time', 'allreduce_bytes_per_step', 'shard_compute_times', 'predict_step',
-           'tp_step_time', 'gpu_step_model', 'pipeline_bench', 'ReplicaPool']
+__all__ = ['split_columns', 'split_rows', 'check_tp_size', 'shard_config', 'shard_slices', 'shard_of', 'make_group', 'Comm',
+           'RowParallelLinear', 'VocabParallelEmbedding', 'VocabParallelHead', 'build_shard', 'ship', 'unship',
+           'storages_of', 'load_config', 'load_shard_weights', 'TPDriver', 'LayerStack', 'ParallelLLM',
+           'load_tensor_parallel', 'ReplicaPool']
 
 # %% ../nbs/12_parallel.ipynb #pp-split
 def split_columns(W:torch.Tensor, n:int) -> list[torch.Tensor]:
@@ -76,32 +74,6 @@ def shard_of(name:str, t:torch.Tensor, cfg:ModelConfig, rank:int, size:int) -> t
     if t.dim() == 1 and dim == 1: return t                                 # a bias of a row-parallel layer is added once, after the sum
     return t.narrow(dim, s.start, s.stop - s.start)
 
-# %% ../nbs/12_parallel.ipynb #pp-plot-shards-fn
-def plot_shards(cfg:ModelConfig, size:int, fig=None):
-    "Which rank holds what: each weight matrix (and the KV cache) as a bar cut along the dimension that is split, one colour per rank."
-    check_tp_size(cfg, size)
-    D = cfg.head_dim
-    rows = [('W_q (rows: query heads)', cfg.n_heads * D, 'split'), ('W_k, W_v (rows: KV heads)', cfg.n_kv_heads * D, 'split'),
-            ('W_o (columns: heads)', cfg.n_heads * D, 'split'), ('W_gate, W_up (rows: units)', cfg.hidden_dim, 'split'),
-            ('W_down (columns: units)', cfg.hidden_dim, 'split'), ('embedding / head (rows: vocab)', cfg.vocab_size, 'split'),
-            ('KV cache (KV heads)', cfg.n_kv_heads, 'split'), ('RMSNorm scales', cfg.dim, 'copy')]
-    fig = fig or plt.figure(figsize=(8, 3.2))
-    ax = fig.add_subplot(111)
-    colours = plt.cm.tab10.colors
-    for i, (name, n, how) in enumerate(rows):
-        if how == 'copy':
-            for r in range(size): ax.barh(i + (r - (size - 1) / 2) * 0.8 / size, 1, height=0.8 / size, color=colours[r], alpha=0.5)
-        else:
-            for r in range(size): ax.barh(i, 1 / size, left=r / size, color=colours[r], edgecolor='white')
-        ax.text(1.02, i, f"{n:,}" + (' each' if how == 'copy' else f" -> {n // size:,} per rank"), va='center', fontsize=8)
-    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8); ax.invert_yaxis()
-    ax.set_xlim(0, 1.35); ax.set_xticks([])
-    ax.set_title(f"{size} ranks: colour = rank that holds the piece (norms: every rank a copy)", fontsize=9)
-    for r in range(size): ax.plot([], [], color=colours[r], lw=6, label=f"rank {r}")
-    ax.legend(loc='lower right', fontsize=7, frameon=False)
-    fig.tight_layout()
-    return fig
-
 # %% ../nbs/12_parallel.ipynb #pp-comm
 def make_group(backend:str, rank:int, size:int, port:int, timeout:float=60.0, store=None):
     "A process group of `size` ranks meeting at 127.0.0.1:`port` (rank 0 hosts the store): gloo on CPUs, nccl on GPUs. Not the global default group, so one process can hold several."
@@ -140,6 +112,7 @@ class Comm:
         self.calls += 1; self.bytes += t.nbytes
         return torch.cat(outs, dim)
 
+# %% ../nbs/12_parallel.ipynb #pp-comm-s1
 class RowParallelLinear(nn.Module):
     "A linear layer whose input columns are split over the ranks: each computes a partial product, one all-reduce sums them."
     def __init__(self, weight:torch.Tensor, comm:Comm):
@@ -245,6 +218,7 @@ def ship(obj, bufs:_Buffers, fresh_ok:set|None=None) -> tuple[bytes, list[int]]:
                                "that is not mirrored to the workers); mirrored operations: KVCache.select/reorder, PagedKVCache copy on write")
     return f.getvalue(), p.seen
 
+# %% ../nbs/12_parallel.ipynb #pp-ship-s1
 class _ShipUnpickler(pickle.Unpickler):
     "On a worker: rebuild the cache object around this rank's own storages (allocated, zeroed, the first time a uid appears)."
     def __init__(self, f, store:dict, device):
@@ -436,29 +410,32 @@ class TPDriver:
         self.procs = self.conns = None
         raise RuntimeError(f"tensor-parallel step failed: {self.error}")
 
-    def guard(self, fn, *args):
-        "Run `fn` (this rank's part of a step, with its collectives); a collective that fails because a rank died becomes a clear error."
-        try: return fn(*args)
-        except RuntimeError as e:
-            if self.error is not None or self.closed: raise
-            time.sleep(0.2)                                                # let a dying worker's exit code and message arrive
-            dead = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(self.procs, 1) if not p.is_alive()]
-            self.fail(("worker " + ', '.join(dead) + " died" if dead else "a collective failed") + f" during the step: {e}")
+# %% ../nbs/12_parallel.ipynb #pp-driver-s1p
+@patch
+def guard(self:TPDriver, fn, *args):
+    "Run `fn` (this rank's part of a step, with its collectives); a collective that fails because a rank died becomes a clear error."
+    try: return fn(*args)
+    except RuntimeError as e:
+        if self.error is not None or self.closed: raise
+        time.sleep(0.2)                                                # let a dying worker's exit code and message arrive
+        dead = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(self.procs, 1) if not p.is_alive()]
+        self.fail(("worker " + ', '.join(dead) + " died" if dead else "a collective failed") + f" during the step: {e}")
 
-    def call(self, obj, orig, name, args, kw):
-        "Run cache method `name` here and on every worker (data moves between K/V storages, e.g. KVCache.select, must happen on every rank)."
-        data, _ = ship(obj, self.bufs)
-        args_data, _ = ship((args, kw), self.bufs)
-        self.send('call', (data, name, args_data))
-        res = orig(obj, *args, **kw)
-        self.bind = storages_of((obj, res), self.bufs)                    # new storages (a new cache) get their names on the workers
-        return res
+@patch
+def call(self:TPDriver, obj, orig, name, args, kw):
+    "Run cache method `name` here and on every worker (data moves between K/V storages, e.g. KVCache.select, must happen on every rank)."
+    data, _ = ship(obj, self.bufs)
+    args_data, _ = ship((args, kw), self.bufs)
+    self.send('call', (data, name, args_data))
+    res = orig(obj, *args, **kw)
+    self.bind = storages_of((obj, res), self.bufs)                    # new storages (a new cache) get their names on the workers
+    return res
 
-    def stats(self) -> list[dict]:
-        "Collectives run and bytes sent by each rank so far (driver first)."
-        self.send('stats')
-        return [dict(calls=self.comm.calls, bytes=self.comm.bytes)] + [_get(c)[1] for c in self.conns]
-
+@patch
+def stats(self:TPDriver) -> list[dict]:
+    "Collectives run and bytes sent by each rank so far (driver first)."
+    self.send('stats')
+    return [dict(calls=self.comm.calls, bytes=self.comm.bytes)] + [_get(c)[1] for c in self.conns]
 
 # %% ../nbs/12_parallel.ipynb #pp-driver-s2
 def _shutdown(procs, conns, timeout:float=5.0):
@@ -588,13 +565,16 @@ class _Proc:
     def kill(self): self.popen.kill()
 
 def _worker_entry():
-    "`python -c` entry of a worker process: connect back to the driver, read the settings, run `_worker_main`."
+    """`python -c` entry of a worker process: connect back to the driver, read the settings, run the function they name (`target`: a
+    function of this module, or `module:function`; default `_worker_main`)."""
+    import importlib
     from multiprocessing.connection import Client
     addr, rank = (os.environ['MINILLM_TP_HOST'], int(os.environ['MINILLM_TP_PORT'])), int(os.environ['MINILLM_TP_RANK'])
     conn = Client(addr, authkey=bytes.fromhex(os.environ.pop('MINILLM_TP_KEY')))
     _put(conn, rank)
     kw = _get(conn)
-    globals()[kw.pop('target', '_worker_main')](rank, conn=conn, **kw)
+    mod, _, name = kw.pop('target', '_worker_main').rpartition(':')
+    (getattr(importlib.import_module(mod), name) if mod else globals()[name])(rank, conn=conn, **kw)
 
 
 # %% ../nbs/12_parallel.ipynb #pp-front-s1
@@ -712,192 +692,6 @@ def _await(procs, conns, what:str, timeout:float):
         if time.monotonic() > deadline: raise RuntimeError(f"tensor-parallel workers did not become {what!r} within {timeout} s")
 
 
-# %% ../nbs/12_parallel.ipynb #pp-folder
-def save_model_folder(folder, cfg:ModelConfig, sd:dict|None=None, seed:int=0, tokenizer_from=None) -> Path:
-    "Write a Hugging Face-style folder (config.json, model.safetensors, the tokenizer files of `tokenizer_from`, default the embedded model's) holding `sd`, or random weights of shape `cfg`."
-    import shutil
-    from safetensors.torch import save_file
-    from minillm.weights import hf_config_dict
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    if sd is None:
-        torch.manual_seed(seed)
-        m = Transformer(cfg)
-        for n, t in m.named_parameters():
-            with torch.no_grad(): t.copy_(torch.randn_like(t) / t.shape[-1] ** 0.5 if t.dim() > 1 else torch.ones_like(t))
-        sd = m.state_dict()
-    out = {('' if k == 'lm_head.weight' else 'model.') + k: v.detach().contiguous().clone() for k, v in sd.items()}
-    save_file(out, folder / 'model.safetensors', metadata={'format': 'pt'})
-    (folder / 'config.json').write_text(json.dumps(hf_config_dict(cfg), indent=1))
-    src = Path(tokenizer_from) if tokenizer_from else default_model(progress=False)
-    for f in ('tokenizer.json', 'tokenizer_config.json', 'generation_config.json'):
-        if (src / f).exists(): shutil.copy(src / f, folder / f)
-    return folder
-
-# %% ../nbs/12_parallel.ipynb #pp-dtensor
-def _dtensor_worker(rank, size, port, weights, x, conn, **_):
-    "Split a SwiGLU MLP with `parallelize_module` (ColwiseParallel for gate and up, RowwiseParallel for down) and return this rank's output and local shapes."
-    try:
-        torch.set_num_threads(1)
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
-        dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank - 1, world_size=size - 1)
-        mesh = init_device_mesh('cpu', (size - 1,))
-        mlp = _SwiGLU(*weights)
-        parallelize_module(mlp, mesh, {'gate_proj': ColwiseParallel(), 'up_proj': ColwiseParallel(), 'down_proj': RowwiseParallel()})
-        with torch.no_grad(): y = mlp(x)
-        if hasattr(y, 'wait'): y = y.wait()                                 # the all-reduce runs asynchronously: wait for its result
-        shapes = {n: tuple(p.to_local().shape) for n, p in mlp.named_parameters()}
-        _put(conn, ('done', (y, shapes)))
-        dist.destroy_process_group()
-    except BaseException:
-        _put(conn, ('error', traceback.format_exc())); os._exit(1)
-
-class _SwiGLU(nn.Module):
-    "Chapter 00's MLP with gate and up as two separate Linear layers (DTensor's plans split each layer on its own)."
-    def __init__(self, gate, up, down):
-        super().__init__()
-        self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(w.shape[1], w.shape[0], bias=False) for w in (gate, up, down))
-        for lin, w in zip((self.gate_proj, self.up_proj, self.down_proj), (gate, up, down)): lin.weight = nn.Parameter(w.clone(), requires_grad=False)
-    def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-def dtensor_mlp(gate:torch.Tensor, up:torch.Tensor, down:torch.Tensor, x:torch.Tensor, ranks:int=2, timeout:float=120.0) -> tuple[torch.Tensor, dict]:
-    "Run the MLP on `x` split over `ranks` worker processes by `parallelize_module`; rank 0's output and the local weight shapes of each rank."
-    port = _free_port()
-    kw = dict(target='_dtensor_worker', size=ranks + 1, port=port, weights=(gate, up, down), x=x)
-    procs, conns = _spawn_workers(ranks + 1, kw, timeout)
-    try:
-        outs = []
-        for c in conns:
-            m = _get(c)
-            if m[0] == 'error': raise RuntimeError(f"DTensor worker failed: {m[1]}")
-            outs.append(m[1])
-    finally: _shutdown(procs, conns, 5.0)
-    return outs[0][0], [o[1] for o in outs]
-
-# %% ../nbs/12_parallel.ipynb #pp-cost-lib
-def _allreduce_loop(comm:Comm, sizes, reps:int) -> dict:
-    "Median seconds of an all-reduce of each size in `sizes` (bytes of float32), timed on this rank after a warm-up; sizes interleaved, so a busy moment hits all alike."
-    bufs = {n: torch.ones(max(1, n // 4)) for n in sizes}
-    ts = {n: [] for n in sizes}
-    for r in range(reps + 3):
-        for n, t in bufs.items():
-            t0 = time.perf_counter(); comm.all_reduce(t)
-            if r >= 3: ts[n].append(time.perf_counter() - t0)
-    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}
-
-def _allreduce_worker(rank, size, port, sizes, reps, backend, timeout, threads, conn):
-    try:
-        torch.set_num_threads(threads)
-        comm = Comm(make_group(backend, rank, size, port, timeout), rank, size)
-        _put(conn, ('done', _allreduce_loop(comm, sizes, reps)))
-    except BaseException:
-        _put(conn, ('error', traceback.format_exc())); os._exit(1)
-
-def _with_workers(N:int, kw:dict, timeout:float=120.0):
-    "Run target `kw['target']` on ranks 1..N-1 (worker processes) while the caller runs rank 0; yields the port; workers are reaped at the end."
-    import contextlib
-    @contextlib.contextmanager
-    def cm():
-        port = _free_port()
-        store = dist.TCPStore("127.0.0.1", port, N, True, timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
-        procs, conns = _spawn_workers(N, dict(kw, size=N, port=port), timeout)
-        try: yield store, port, procs, conns
-        finally: _shutdown(procs, conns, 5.0)
-    return cm()
-
-def allreduce_times(ranks:int, sizes=(2304, 36864, 589824), reps:int=50, backend:str='gloo', timeout:float=60.0) -> dict:
-    "Median seconds of one all-reduce of each size (bytes) among `ranks` processes on this machine (this process is rank 0)."
-    if ranks < 2: return {n: 0.0 for n in sizes}
-    kw = dict(target='_allreduce_worker', sizes=list(sizes), reps=reps, backend=backend, timeout=timeout, threads=torch.get_num_threads())
-    with _with_workers(ranks, kw, timeout) as (store, port, procs, conns):
-        comm = Comm(make_group(backend, 0, ranks, port, timeout, store), 0, ranks)
-        res = _allreduce_loop(comm, sizes, reps)
-        for c in conns: _get(c)
-    return res
-
-def fit_alpha_beta(times:dict, ranks:int) -> tuple[float, float]:
-    "Latency alpha (s per message step) and bandwidth beta (bytes/s) of the ring model t = 2(p-1) alpha + 2(p-1)/p n / beta, fitted to measured `times` {bytes: s}."
-    n = torch.tensor(list(times), dtype=torch.float64); t = torch.tensor(list(times.values()), dtype=torch.float64)
-    A = torch.stack([torch.full_like(n, 2 * (ranks - 1)), 2 * (ranks - 1) / ranks * n], 1)
-    a, b = torch.linalg.lstsq(A, t[:, None]).solution[:, 0].tolist()
-    return max(a, 0.0), (1 / b if b > 0 else float('inf'))
-
-def ring_allreduce_time(nbytes:float, ranks:int, alpha:float, beta:float) -> float:
-    "Predicted seconds of a ring all-reduce of `nbytes` over `ranks`: 2(p-1) latency steps and 2(p-1)/p of the data through each link."
-    if ranks < 2: return 0.0
-    return 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * nbytes / beta
-
-def allreduce_bytes_per_step(cfg:ModelConfig, tokens:int=1, itemsize:int=4) -> dict:
-    "Bytes each collective of one forward pass moves for `tokens` tokens: two all-reduces per layer of tokens x dim numbers, one after the embedding, and the head's gather of logits."
-    x = tokens * cfg.dim * itemsize
-    return dict(per_allreduce=x, per_layer=2 * x, allreduces=2 * cfg.n_layers + 1, total_allreduce=(2 * cfg.n_layers + 1) * x,
-                head_gather=tokens * cfg.vocab_size * itemsize)
-
-
-# %% ../nbs/12_parallel.ipynb #pp-cost-lib-s1
-def shard_compute_times(cfg:ModelConfig, ranks:int, batch:int=1, context:int=64, reps:int=20) -> dict:
-    "Median seconds, in this process, of one rank's work in a decode step of `batch` rows: one block of `shard_config(cfg, ranks)` (no collectives) and the head's vocabulary slice."
-    scfg = shard_config(cfg, ranks)
-    torch.manual_seed(0)
-    blk = Block(scfg, 0).eval().requires_grad_(False)
-    head = torch.randn(cfg.vocab_size // ranks, cfg.dim) * 0.02
-    cache = KVCache(1, batch, scfg.n_kv_heads, scfg.head_dim, context + 1)
-    x = torch.randn(batch, 1, cfg.dim)
-    pos = torch.full((batch, 1), context)
-    from minillm.model import rope_tables
-    cos, sin = rope_tables(pos, scfg.head_dim, scfg.rope_theta)
-    def layer():
-        cache.set_lengths(context)
-        blk(x, cos, sin, cache); cache.advance(1)
-    def lm(): F.linear(x[:, 0], head)
-    out = {}
-    with torch.inference_mode():
-        for name, fn in (('layer', layer), ('head', lm)):
-            ts = []
-            for i in range(reps + 2):
-                t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
-            out[name] = sorted(ts[2:])[reps // 2]
-    return out
-
-def predict_step(cfg:ModelConfig, ranks:int, layer_s:float, head_s:float, alpha:float, beta:float, batch:int=1,
-                 itemsize:int=4, cores:int|None=None, overhead_s:float=0.0) -> dict:
-    """Predicted seconds of one decode step on `ranks` ranks: L x (a layer shard + 2 all-reduces) + the embedding's all-reduce + the head's
-    slice and gather + a fixed per-step overhead. With fewer `cores` than ranks, the ranks take turns and compute stretches by ranks/cores."""
-    b = allreduce_bytes_per_step(cfg, batch, itemsize)
-    share = max(1.0, ranks / cores) if cores else 1.0
-    compute = (cfg.n_layers * layer_s + head_s) * share
-    comm = b['allreduces'] * ring_allreduce_time(b['per_allreduce'], ranks, alpha, beta)
-    gather = ring_allreduce_time(b['head_gather'], ranks, alpha, beta) / 2 if ranks > 1 else 0.0   # an all-gather is half a ring all-reduce
-    return dict(compute=compute, comm=comm + gather, overhead=overhead_s if ranks > 1 else 0.0,
-                total=compute + comm + gather + (overhead_s if ranks > 1 else 0.0))
-
-def tp_step_time(llm, batch:int=1, context:int=64, reps:int=10) -> float:
-    "Median seconds of one decode step (one new token in each of `batch` rows after a `context`-token prefix) of `llm` (tensor-parallel or not)."
-    m = llm.model
-    cache = KVCache.for_model(m, batch, context + 1)
-    ids = torch.randint(0, llm.config.vocab_size, (batch, context + 1), generator=torch.Generator().manual_seed(0))
-    ts = []
-    with torch.inference_mode():
-        m(ids[:, :context], cache=cache)
-        for i in range(reps + 2):
-            cache.set_lengths(context)
-            t0 = time.perf_counter(); m(ids[:, context:], cache=cache, last_only=True); ts.append(time.perf_counter() - t0)
-    return sorted(ts[2:])[reps // 2]
-
-
-# %% ../nbs/12_parallel.ipynb #pp-gpu
-GPU_LINKS = {   # name: (alpha s per ring step: an assumption, beta bytes/s each way: published)
-    'NVLink 4 (H100 SXM)': (1e-6, 450e9), 'PCIe 5.0 x16': (3e-6, 64e9), '100 GbE (TCP)': (15e-6, 12.5e9)}
-H100_HBM = 3.35e12   # bytes/s, NVIDIA H100 SXM datasheet
-
-def gpu_step_model(cfg:ModelConfig, ranks:int, link:str, batch:int=1, itemsize:int=2, hbm:float=H100_HBM) -> dict:
-    "Predicted decode step on `ranks` GPUs: weights read at `hbm` bytes/s (split `ranks` ways) plus (2L + 1) ring all-reduces over `link`."
-    from minillm.long_context import llama_params
-    alpha, beta = GPU_LINKS[link]
-    compute = llama_params(cfg) * itemsize / ranks / hbm
-    comm = (2 * cfg.n_layers + 1) * ring_allreduce_time(batch * cfg.dim * itemsize, ranks, alpha, beta)
-    return dict(compute=compute, comm=comm, total=compute + comm)
-
 # %% ../nbs/12_parallel.ipynb #pp-pipe
 def _stage_model(path, rank:int, size:int):
     "Rank `rank`'s stage of a `size`-stage pipeline: a contiguous run of layers (the first stage also embeds, the last also normalizes and scores)."
@@ -949,41 +743,6 @@ def _pipeline_run(comm:Comm, model, cfg, rank:int, size:int, batch:int, seq:int,
             wall = time.perf_counter() - t0
             if best is None or wall < best['wall']: best = dict(wall=wall, busy=busy)
     return best
-
-def _pipeline_worker(rank, size, port, path, batch, seq, micros, reps, backend, timeout, threads, conn):
-    try:
-        torch.set_num_threads(threads)
-        model, cfg = _stage_model(path, rank, size)
-        comm = Comm(make_group(backend, rank, size, port, timeout), rank, size)
-        _put(conn, ('done', {m: _pipeline_run(comm, model, cfg, rank, size, batch, seq, m, reps) for m in micros}))
-    except BaseException:
-        _put(conn, ('error', traceback.format_exc())); os._exit(1)
-
-def pipeline_bench(path=None, stages:int=2, batch:int=8, seq:int=32, micros=(1, 2, 4, 8), reps:int=2, timeout:float=120.0) -> dict:
-    """Split the layers of a model over `stages` processes (this one is stage 0) and run a `batch` x `seq` prefill through them cut into
-    m micro-batches, for each m in `micros`. Per m: the wall time, each stage's busy time, the measured bubble 1 - busy/wall (mean over
-    stages), and the ideal bubble (p - 1)/(m + p - 1)."""
-    for m in micros:
-        if batch % m: raise ValueError(f"pipeline_bench: batch {batch} does not split into {m} micro-batches")
-    p, _ = _resolve(path)
-    kw = dict(target='_pipeline_worker', path=str(p), batch=batch, seq=seq, micros=list(micros), reps=reps, backend='gloo',
-              timeout=timeout, threads=torch.get_num_threads())
-    with _with_workers(stages, kw, timeout) as (store, port, procs, conns):
-        model, cfg = _stage_model(p, 0, stages)
-        comm = Comm(make_group('gloo', 0, stages, port, timeout, store), 0, stages)
-        mine = {m: _pipeline_run(comm, model, cfg, 0, stages, batch, seq, m, reps) for m in micros}
-        others = []
-        for c in conns:
-            msg = _get(c)
-            if msg[0] == 'error': raise RuntimeError(f"pipeline stage failed: {msg[1]}")
-            others.append(msg[1])
-    out = {}
-    for m in micros:
-        walls = [mine[m]['wall']] + [o[m]['wall'] for o in others]
-        busy = [mine[m]['busy']] + [o[m]['busy'] for o in others]
-        wall = max(walls)
-        out[m] = dict(wall=wall, busy=busy, bubble=1 - sum(busy) / len(busy) / wall, ideal=(stages - 1) / (m + stages - 1))
-    return out
 
 # %% ../nbs/12_parallel.ipynb #pp-dp
 def _replica_worker(rank, path, threads, engine_kw, conn, **_):
