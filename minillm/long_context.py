@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from .model import ModelConfig, Transformer, rope_inv_freq, rotate_half
 from .weights import LLM
 from .kvcache import KVCache
-from .batching import merge_attention   # chapter 07's merge of two attention parts by log-sum-exp
+from .engine import merge_attention   # chapter 07b's merge of two attention parts by log-sum-exp
 import minillm.batching   # `is_batch`, and chapter 07's modes registered
 import minillm.loop
 import minillm.fast       # chapter 09's formats and compiled steps registered for `LLM.load`

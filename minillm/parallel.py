@@ -749,7 +749,7 @@ def _replica_worker(rank, path, threads, engine_kw, conn, **_):
     "A data-parallel replica: a whole model and an `Engine`; serves every batch of requests the dispatcher sends."
     try:
         torch.set_num_threads(threads)
-        from minillm.batching import Engine
+        from minillm.engine import Engine
         llm = LLM.load(path, progress=False)
         eng = Engine(llm, **engine_kw)
         _put(conn, ('ready', rank))

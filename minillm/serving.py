@@ -21,7 +21,7 @@ from uvicorn.server import HANDLED_SIGNALS
 from .weights import LLM, _bytes_to_unicode
 from .loop import encode_prompt
 from .sampling import SamplingParams, sample_params
-from .batching import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
+from .engine import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
 
 # %% auto #0
 __all__ = ['APIError', 'StreamOptions', 'CompletionRequest', 'ChatMessage', 'ChatCompletionRequest', 'parse_body',

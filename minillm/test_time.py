@@ -13,7 +13,8 @@ from .weights import LLM
 from .loop import Generation, encode_prompt, machine_info
 from .sampling import SamplingParams, sample_params, FrameView, control_style
 from .kvcache import KVCache
-from .batching import batch_logits, Engine
+from .batching import batch_logits
+from .engine import Engine
 import minillm.beam, minillm.batching   # beam search, and chapter 07's mode for batches and `n` samples
 
 # %% auto #0
