@@ -17,8 +17,8 @@ from .loop import machine_info
 
 # %% auto #0
 __all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'MAX_DIGITS', 'STRING_FORMATS', 'TYPES', 'KEYWORDS',
-           'SUPPORTED', 'REFUSED', 'ANY_KEY', 'BACKENDS', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa', 'prune',
-           'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
+           'SUPPORTED', 'REFUSED', 'ANY_KEY', 'BACKENDS', 'SCHEMA_PATHS', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa',
+           'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
            'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
            'response_format_constraint', 'llg_tokenizer', 'llg_allowed', 'LLGConstraint']
 
@@ -444,6 +444,7 @@ def _tokenizer_for(V:int) -> Tokenizer:
 
 class Constraint:
     "An output format as a regular language: `apply(logits, tokens, n_prompt)` sends every token it forbids to -inf, row by row."
+    path = 'regex'                                               # how it was compiled (chapter 05b adds 'grammar')
     def __init__(self, regex:str, kind:str='regex', source=None, tokenizer:Tokenizer|None=None):
         self.regex, self.kind, self.source, self.tokenizer = regex, kind, source, tokenizer
         t0 = time.perf_counter()
@@ -604,20 +605,40 @@ def _pattern_body(p:str) -> tuple[str, bool, bool]:
         raise ValueError(f"JSON schema: pattern {p!r} needs the character(s) {bad}, which JSON writes escaped; such patterns are not supported")
     return body, start, end
 
+def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
+    "A whole-string regex `text` (an anchored pattern's body, or a format) with minLength..maxLength folded in: dropped when its own widths imply them, else put into a pattern made of one repeated character class (`[a-z]+` with maxLength 8 is `[a-z]{1,8}`); a ValueError otherwise."
+    from re import _parser
+    w0, w1 = _parser.parse(text).getwidth()                      # fewest and most characters a match has
+    if w1 < lo or hi is not None and w0 > hi: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
+    if w0 >= lo and (hi is None or w1 <= hi): return text
+    m = re.fullmatch(r'(\[(?:\\.|[^\]\\])*\]|\\[dswDSW]|\.|[^\\()\[\]{}*+?|^$])(\*|\+|\{(\d+)(,(\d*))?\})', text)
+    if m:
+        a = {'*': 0, '+': 1}.get(m.group(2), int(m.group(3) or 0))
+        b = None if m.group(2) in '*+' else int(m.group(3)) if m.group(4) is None else int(m.group(5)) if m.group(5) else None
+        a, b = max(a, lo), (hi if b is None else b if hi is None else min(b, hi))
+        if b is not None and b < a: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
+        return f"{m.group(1)}{{{a},{'' if b is None else b}}}"
+    raise ValueError(f"JSON schema: {what} together with minLength/maxLength is not supported (only where the {what} implies the "
+                     "lengths, or is one repeated character class such as ^[a-z]+$)")
+
 def _string_regex(s:dict) -> str:
-    "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; two of these together are refused."
+    "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; a length with a format or an anchored pattern where `_fold_length` can fold it in; other pairs are refused."
     for k in ('minLength', 'maxLength'):
         if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
     lo, hi = s.get('minLength', 0), s.get('maxLength')
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: maxLength {hi} < minLength {lo}")
     fmt = s.get('format') if s.get('format') in STRING_FORMATS else None   # an unknown format is an annotation (JSON Schema 2020-12, 7.2.1)
-    given = [k for k in ('pattern', 'format') if k in s and (k != 'format' or fmt)] + (['minLength/maxLength'] if lo or hi is not None else [])
-    if len(given) > 1: raise ValueError(f"JSON schema: {' together with '.join(given)} on one string is not supported")
-    if fmt: return '"' + STRING_FORMATS[fmt] + '"'
+    given = [k for k in ('pattern', 'format') if k in s and (k != 'format' or fmt)]
+    if len(given) > 1: raise ValueError(f"JSON schema: pattern together with format on one string is not supported")
+    length = lo > 0 or hi is not None
+    if fmt: return '"' + (_fold_length(STRING_FORMATS[fmt], lo, hi, f"format {fmt}") if length else STRING_FORMATS[fmt]) + '"'
     if 'pattern' in s:
         body, start, end = _pattern_body(s['pattern'])
+        if length:
+            if not (start and end): raise ValueError("JSON schema: an unanchored pattern together with minLength/maxLength is not supported")
+            body = _fold_length(body, lo, hi, f"pattern {s['pattern']!r}")
         # a group named _json keeps the pattern to raw JSON-string characters and Python's Unicode classes (see regex_to_dfa)
         return '"' + ('' if start else STRING_CHAR + '*') + f"(?P<_json>{body})" + ('' if end else STRING_CHAR + '*') + '"'
-    if hi is not None and hi < lo: raise _Empty(f"JSON schema: maxLength {hi} < minLength {lo}")
     return '"' + STRING_CHAR + ('*' if lo == 0 and hi is None else f"{{{lo},{'' if hi is None else hi}}}") + '"'
 
 # %% ../nbs/05a_constrained.ipynb #cc000054
@@ -650,6 +671,7 @@ def _norm_schema(s:dict) -> dict:
     if isinstance(s.get('items'), list):                          # draft-04..2019-09 tuples: items [..] + additionalItems
         s['prefixItems'] = s.pop('items')
         if 'additionalItems' in s: s['items'] = s.pop('additionalItems')
+    s.pop('additionalItems', None)                                # beside a single items schema (or none) it is ignored (draft 7, 9.3.1.2)
     if s.get('uniqueItems') is False: del s['uniqueItems']
     if s.get('multipleOf') == 1 and s.get('type') == 'integer': del s['multipleOf']
     return s
@@ -663,7 +685,6 @@ def _types(s:dict) -> set[str]:
 
 _TIGHTER = {'minimum': max, 'exclusiveMinimum': max, 'minLength': max, 'minItems': max, 'minProperties': max,
             'maximum': min, 'exclusiveMaximum': min, 'maxLength': min, 'maxItems': min, 'maxProperties': min}
-
 
 # %% ../nbs/05a_constrained.ipynb #cc000054-s1
 def _merge(a:dict, b:dict) -> dict:
@@ -909,9 +930,12 @@ def _compile_cached(kind:str, key:str, backend:str='minillm'):
     regex, source = _spec_regex(kind, json.loads(key))
     return (Constraint if backend == 'minillm' else LLGConstraint)(regex, kind, source)
 
+SCHEMA_PATHS = {}   # other ways to compile a JSON schema: chapter 05b adds 'grammar' (rules and a pushdown recognizer)
+
 def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|None=None, json_object:bool=False,
-                       tokenizer:Tokenizer|None=None, backend:str='minillm'):
-    "A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance."
+                       tokenizer:Tokenizer|None=None, backend:str='minillm', path:str='auto'):
+    """A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance.
+    A schema takes `path='regex'` (this chapter) or `'grammar'` (chapter 05b, once `minillm.grammars` is imported); `'auto'` takes the grammar path when it is there."""
     given = [k for k, v in dict(regex=regex, json_schema=json_schema, choice=choice).items() if v is not None] + (['json_object'] if json_object else [])
     if len(given) != 1: raise ValueError(f"give exactly one of regex, json_schema, choice or json_object=True; got {given or 'none'}")
     kind = given[0]
@@ -922,6 +946,10 @@ def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|N
         raise ValueError(f"choice must be a non-empty list of non-empty strings, got {choice!r}")
     if kind == 'json_schema' and not isinstance(json_schema, (dict, bool)):
         raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(json_schema).__name__}")
+    if path not in ('auto', 'regex', *SCHEMA_PATHS): raise ValueError(f"path must be 'auto' or one of {['regex', *SCHEMA_PATHS]}, got {path!r}")
+    if kind == 'json_schema' and backend == 'minillm' and path != 'regex' and SCHEMA_PATHS:
+        c = SCHEMA_PATHS['grammar' if path == 'auto' else path](json_schema)
+        return c.bind(tokenizer) if tokenizer is not None else c
     c = _compile_cached(kind, _key(list(choice) if kind == 'choice' else True if kind == 'json_object' else dict(regex=regex, json_schema=json_schema)[kind]), backend)
     return c.bind(tokenizer) if tokenizer is not None else c
 
