@@ -16,8 +16,8 @@ from .constrained import (JSON_UNSAFE, KEYWORDS, REFUSED, STRING_CHAR, SUPPORTED
                                  _minus, _nfa_size, _norm_schema, _number_regex, _resolve, _string_regex, _types, schema_to_regex, SCHEMA_PATHS)
 
 # %% auto #0
-__all__ = ['GRAMMAR_KEYWORDS', 'GRAMMAR_REFUSED', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'GrammarIndex',
-           'GrammarConstraint', 'compile_grammar', 'schema_to_grammar', 'json_schema_constraint']
+__all__ = ['SPARSE_MAX', 'GRAMMAR_KEYWORDS', 'GRAMMAR_REFUSED', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens',
+           'GrammarIndex', 'GrammarConstraint', 'compile_grammar', 'schema_to_grammar', 'json_schema_constraint']
 
 # %% ../nbs/05b_grammars.ipynb #gc000021
 @dataclass
@@ -214,6 +214,7 @@ class GrammarAutomaton:
         self.kind, self.a1, self.a2, self.a3, self.N = kind, a1, a2, a3, len(kind)
         self.sets, self.ids, self.accept, self._exp = [], {}, [], {}
         self.table = np.full((64, 256), -2, np.int32)             # -2: not computed yet; DEAD (-1): no way on
+        self.table[-1] = DEAD                                     # the last row stays all DEAD: table[DEAD] reads it (see walk_tokens)
         self.start = self._intern(frozenset(st for a in self.alts[grammar.root] for st in self._expand((a,))))
 
     @property
@@ -252,7 +253,8 @@ class GrammarAutomaton:
             if len(self.sets) >= self.max_states: raise ValueError(f"the grammar recognizer met more than {self.max_states:,} states")
             s = self.ids[stacks] = len(self.sets)
             self.sets.append(stacks); self.accept.append(() in stacks)
-            if s >= len(self.table): self.table = np.concatenate([self.table, np.full_like(self.table, -2)])
+            if s >= len(self.table) - 1:                          # grow, keeping the last row all DEAD
+                self.table = np.concatenate([self.table[:-1], np.full_like(self.table, -2), self.table[-1:]])
         return s
 
     def row(self, s:int) -> np.ndarray:
@@ -284,20 +286,49 @@ class GrammarAutomaton:
     def __repr__(self): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
 
 # %% ../nbs/05b_grammars.ipynb #gc000041
+_CHILDREN = weakref.WeakKeyDictionary()
+def _children(vocab:TokenVocab):
+    "The trie's children as ranges: node p's children are `kids[first[p]:first[p] + count[p]]` (made once per vocabulary)."
+    if vocab not in _CHILDREN:
+        kids = np.argsort(vocab.parent[1:], kind='stable') + 1              # every node but the root, grouped by parent
+        count = np.bincount(vocab.parent[1:], minlength=vocab.n_nodes)
+        first = np.concatenate([[0], np.cumsum(count)[:-1]])
+        _CHILDREN[vocab] = kids, first, count
+    return _CHILDREN[vocab]
+
+SPARSE_MAX = 2048    # walk_tokens follows single live trie nodes while a level has at most this many, then whole levels
+
 def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states) -> np.ndarray:
-    "End state of every token `(len(states), V)` read from each of `states`: 05a's level-by-level pass over the trie, computing missing rows as it meets them."
+    """End state of every token `(len(states), V)` read from each of `states`. 05a walks every trie node level by level; here the
+    walk first follows only the children of live nodes (outside a string most of the trie dies at the first byte) and switches to
+    05a's whole-level pass once a level has more than `SPARSE_MAX` live nodes (inside a string almost every token lives). States met
+    for the first time get their rows computed on the way; `table[DEAD]` is the recognizer's all-DEAD last row."""
+    kids, first, count = _children(vocab)
     states = np.atleast_1d(np.asarray(states, dtype=np.int64))
-    at = np.empty((len(states), vocab.n_nodes), np.int32)
-    at[:, 0] = states
-    for d in range(len(vocab.levels) - 1):
-        lo, hi = vocab.levels[d], vocab.levels[d + 1]
-        par = at[:, vocab.parent[lo:hi]]
-        for s in np.unique(par):
-            if s >= 0: pda.row(int(s))                            # new states get their rows here (a few per level)
-        at[:, lo:hi] = np.where(par >= 0, pda.table[np.maximum(par, 0), vocab.byte[lo:hi]], DEAD)
-    end = at[:, vocab.node_of]
-    end[:, ~vocab.has_bytes] = DEAD
-    return end
+    out = np.empty((len(states), vocab.V), np.int32)
+    def fill(st):                                                  # compute rows of states met for the first time
+        st = st[st >= 0]
+        if (new := st[pda.table[st, 0] == -2]).size:
+            for u in np.unique(new): pda.row(int(u))
+    for k, s in enumerate(states):
+        at = np.full(vocab.n_nodes, DEAD, np.int32); at[0] = s
+        nodes, st, depth = np.array([0]), np.array([s], np.int32), 0
+        while 0 < len(nodes) <= SPARSE_MAX:                        # sparse: live nodes and their children only
+            fill(st)
+            n = count[nodes]
+            child = kids[np.repeat(first[nodes] - np.cumsum(n) + n, n) + np.arange(n.sum())]
+            st = pda.table[np.repeat(st, n), vocab.byte[child]]
+            nodes, st, depth = child[st >= 0], st[st >= 0], depth + 1
+            at[nodes] = st
+        if len(nodes):                                             # dense: whole levels from depth + 1 on
+            for d in range(depth, len(vocab.levels) - 1):
+                lo, hi = vocab.levels[d], vocab.levels[d + 1]
+                par = at[vocab.parent[lo:hi]]
+                fill(par)
+                at[lo:hi] = pda.table[par, vocab.byte[lo:hi]]
+        out[k] = at[vocab.node_of]
+    out[:, ~vocab.has_bytes] = DEAD
+    return out
 
 class GrammarIndex(TokenIndex):
     "05a's `TokenIndex` over a `GrammarAutomaton`: the same rows, masks and prefix cache; rows come from the lazy trie walk."
@@ -459,8 +490,6 @@ class _SchemaGrammar:
         if schema is False: raise _Empty("JSON schema: the schema false admits no value")
         if not isinstance(schema, dict): raise ValueError(f"JSON schema must be a dict (or a boolean), got {type(schema).__name__}")
         s = _norm_schema(schema)
-        if s.pop('nullable', False) is True and 'type' in s:      # OpenAPI's nullable: null is one more type
-            s['type'] = sorted(set(_types(s)) | {'null'})
         s = _constraining(s)
         if not s: return [[self.any_value()]]
         if '$ref' in s:
@@ -576,7 +605,8 @@ def _pattern_keys(self:_SchemaGrammar, s:dict, name:str) -> list:
     "The patternProperties whose pattern `name` matches (Python's `re.search`, as jsonschema checks them)."
     pp = s.get('patternProperties', {})
     if not isinstance(pp, dict): raise ValueError("JSON schema: 'patternProperties' must be a dict of patterns to schemas")
-    return [v for p, v in pp.items() if re.search(p, name)]
+    try: return [v for p, v in pp.items() if re.search(p, name)]
+    except re.error as e: raise ValueError(f"JSON schema: a patternProperties pattern does not compile: {e}") from None
 
 @patch
 def object(self:_SchemaGrammar, s:dict) -> list:
