@@ -381,9 +381,11 @@ register_constraint('grammar', '05b', compile_grammar, "a GBNF grammar (llama.cp
 class _RuleBuilder:
     "Grammar rules made one at a time: literals, character sets (one rule per distinct set), regular expressions (one rule per distinct text)."
     def __init__(self):
-        self.rules, self.names, self._sets, self._rx = [], [], {}, {}
+        self.rules, self.names, self._sets, self._rx, self._taken = [], [], {}, {}, {}
     def rule(self, name:str, alts=None) -> int:
-        self.names.append(name); self.rules.append(alts); return len(self.rules) - 1
+        "A new rule (its alternatives may come later); a name already taken gets a number, as GBNF helper rules do."
+        self.names.append(name if name not in self._taken else f"{name}#{self._taken[name]}"); self._taken[name] = self._taken.get(name, 0) + 1
+        self.rules.append(alts); return len(self.rules) - 1
     def ref(self, name:str, alts) -> tuple:
         "One symbol for `alts`: the symbol itself when there is one alternative of one symbol, else a new rule."
         return alts[0][0] if len(alts) == 1 and len(alts[0]) == 1 else ('r', self.rule(name, alts))
@@ -608,6 +610,7 @@ def _pattern_keys(self:_SchemaGrammar, s:dict, name:str) -> list:
     try: return [v for p, v in pp.items() if re.search(p, name)]
     except re.error as e: raise ValueError(f"JSON schema: a patternProperties pattern does not compile: {e}") from None
 
+# %% ../nbs/05b_grammars.ipynb #gs000012-s1
 @patch
 def object(self:_SchemaGrammar, s:dict) -> list:
     """An object. Listed properties are written in the schema's order (optional ones may be left out, others never written); each one's
