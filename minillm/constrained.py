@@ -795,6 +795,8 @@ def _object_regex(s:dict, rec, ws:str) -> str:
             if lo: raise _Empty("JSON schema: the object may hold no property but needs some")
             return r'\{' + ws + r'\}'
         if addl is True and lo == 0 and hi is None: return json_object_regex(ws=ws)
+        if lo > 1: raise ValueError(f"JSON schema: minProperties {lo} on an object without listed properties is not supported (a regex "
+                                    "cannot keep a map's keys distinct, and a repeated key counts once)")
         kv = ANY_KEY + ':' + ws + (json_value_regex(ws=ws) if addl is True else rec(addl))   # a map: any keys, values of one schema
         more = f"(,{ws}{kv})" + ('*' if hi is None and lo <= 1 else f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}")
         return r'\{' + ws + (f"{kv}{more}" if lo >= 1 else f"({kv}{more})?") + ws + r'\}'

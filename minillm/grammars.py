@@ -66,85 +66,96 @@ class _GBNFParser:
         h = self.s[self.i + 2:self.i + 2 + (n or 0)]
         if not n or len(h) != n or not all(x in '0123456789abcdefABCDEF' for x in h): self.err(f"unknown escape \\{e}")
         self.i += 2 + n; return int(h, 16)
-    def parse(self):
-        while True:
-            self.ws(True)
-            if self.i >= len(self.s): break
-            nm = self.name(); self.ws(False)
-            if not self.s.startswith('::=', self.i): self.err(f"expected '::=' after {nm!r}")
-            self.i += 3
-            if nm in self.defined: self.err(f"rule {nm!r} is defined twice")
-            self.defined.add(nm)
-            r = self.rule_id(nm)                                 # numbered before the helpers its body makes
-            self.rules[r] = self.alternatives(nm, False)
-            self.ws(False)
-            if self.i < len(self.s) and self.s[self.i] != '\n': self.err("expected the end of the line")
-        if (undef := [n for n, r in zip(self.names, self.rules) if r is None]): raise ValueError(f"GBNF grammar: rule(s) {undef} are used but never defined")
-        if 'root' not in self.names: raise ValueError("GBNF grammar: there is no rule named 'root' (where the output starts)")
-        return Grammar(self.rules, self.names, self.names.index('root'))
-    def alternatives(self, nm, nested):
-        alts = [self.sequence(nm, nested)]
-        while self.i < len(self.s) and self.s[self.i] == '|':
-            self.i += 1; alts.append(self.sequence(nm, nested))
-        return alts
-    def sequence(self, nm, nested):
-        seq, last = [], []
-        while True:
-            self.ws(nested)
-            if self.i < len(self.s) and self.s[self.i] == '\n' and not nested:      # a rule may continue after '|' on the next line
-                j = self.i
-                while j < len(self.s) and self.s[j] in ' \t\r\n': j += 1
-                if j < len(self.s) and self.s[j] == '|': self.i = j
-                break
-            if self.i >= len(self.s) or self.s[self.i] in '|)': break
-            c, n0 = self.s[self.i], len(seq)
-            if c == '"':
-                self.i += 1; lit = []
-                while self.i < len(self.s) and self.s[self.i] != '"': lit.append(self.char())
-                if self.i >= len(self.s): self.err("unterminated string")
-                self.i += 1
-                seq += [('b', b, b) for b in ''.join(map(chr, lit)).encode('utf-8', 'surrogatepass')]
-            elif c == '[':
-                self.i += 1; neg = self.s.startswith('^', self.i); self.i += neg; ranges = []
-                while self.i < len(self.s) and self.s[self.i] != ']':
-                    lo = self.char(); hi = lo
-                    if self.s.startswith('-', self.i) and self.s[self.i + 1:self.i + 2] not in (']', ''): self.i += 1; hi = self.char()
-                    ranges.append((lo, hi))
-                if self.i >= len(self.s): self.err("unterminated character class")
-                self.i += 1
-                seq.append(('r', self.chars(nm, _negate(ranges) if neg else _norm(ranges))))
-            elif c == '.': self.i += 1; seq.append(('r', self.chars(nm, _negate([]))))
-            elif c == '(':
-                self.i += 1; alts = self.alternatives(nm, True); self.ws(True)
-                if not self.s.startswith(')', self.i): self.err("expected ')'")
-                self.i += 1; seq.append(('r', self.new_rule(nm, alts)))
-            elif re.match(r'[A-Za-z0-9_-]', c): seq.append(('r', self.rule_id(self.name())))
-            elif c in '*+?{':
-                if not last: self.err(f"'{c}' follows nothing")
-                item = last[0] if len(last) == 1 else ('r', self.new_rule(nm, [last]))   # a literal repeats as a whole
-                del seq[len(seq) - len(last):]
-                seq += self.repeat(nm, item); last = []; continue
-            else: self.err(f"unexpected character {c!r}")
-            last = seq[n0:]
-        return seq
-    def chars(self, nm, ranges):                                 # a set of code points -> a rule over UTF-8 byte sequences
-        if not ranges: self.err("empty character class")
-        return self.new_rule(nm, [[('b', a, b) for a, b in seq] for lo, hi in ranges for seq in utf8_sequences(lo, hi)])
-    def repeat(self, nm, item):
-        c = self.s[self.i]; self.i += 1
-        if c == '{':
-            m = re.compile(r'\s*(\d+)\s*(,\s*(\d*)\s*)?\}').match(self.s, self.i)
-            if not m: self.err("expected {m}, {m,} or {m,n}")
-            self.i = m.end(); lo = int(m.group(1)); hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
-            if hi is not None and hi < lo: self.err(f"repetition {{{lo},{hi}}} has max < min")
-        else: lo, hi = {'*': (0, None), '+': (1, None), '?': (0, 1)}[c]
-        if c == '{' or hi is None and lo > 1:                    # x{lo,hi}: one counted position (see GrammarAutomaton), not hi copies
-            return [('n', item[1] if item[0] == 'r' else self.new_rule(nm, [[item]]), lo, hi)]
-        if hi is None:                                           # x* and x+: R ::= x R | (empty)
-            r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item, ('r', r)], []]
-            return [item] * lo + [('r', r)]
-        r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item], []]   # x?
-        return [('r', r)]
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-p1
+@patch
+def parse(self:_GBNFParser):
+    while True:
+        self.ws(True)
+        if self.i >= len(self.s): break
+        nm = self.name(); self.ws(False)
+        if not self.s.startswith('::=', self.i): self.err(f"expected '::=' after {nm!r}")
+        self.i += 3
+        if nm in self.defined: self.err(f"rule {nm!r} is defined twice")
+        self.defined.add(nm)
+        r = self.rule_id(nm)                                 # numbered before the helpers its body makes
+        self.rules[r] = self.alternatives(nm, False)
+        self.ws(False)
+        if self.i < len(self.s) and self.s[self.i] != '\n': self.err("expected the end of the line")
+    if (undef := [n for n, r in zip(self.names, self.rules) if r is None]): raise ValueError(f"GBNF grammar: rule(s) {undef} are used but never defined")
+    if 'root' not in self.names: raise ValueError("GBNF grammar: there is no rule named 'root' (where the output starts)")
+    return Grammar(self.rules, self.names, self.names.index('root'))
+@patch
+def alternatives(self:_GBNFParser, nm, nested):
+    alts = [self.sequence(nm, nested)]
+    while self.i < len(self.s) and self.s[self.i] == '|':
+        self.i += 1; alts.append(self.sequence(nm, nested))
+    return alts
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-p2
+@patch
+def sequence(self:_GBNFParser, nm, nested):
+    seq, last = [], []
+    while True:
+        self.ws(nested)
+        if self.i < len(self.s) and self.s[self.i] == '\n' and not nested:      # a rule may continue after '|' on the next line
+            j = self.i
+            while j < len(self.s) and self.s[j] in ' \t\r\n': j += 1
+            if j < len(self.s) and self.s[j] == '|': self.i = j
+            break
+        if self.i >= len(self.s) or self.s[self.i] in '|)': break
+        c, n0 = self.s[self.i], len(seq)
+        if c == '"':
+            self.i += 1; lit = []
+            while self.i < len(self.s) and self.s[self.i] != '"': lit.append(self.char())
+            if self.i >= len(self.s): self.err("unterminated string")
+            self.i += 1
+            seq += [('b', b, b) for b in ''.join(map(chr, lit)).encode('utf-8', 'surrogatepass')]
+        elif c == '[':
+            self.i += 1; neg = self.s.startswith('^', self.i); self.i += neg; ranges = []
+            while self.i < len(self.s) and self.s[self.i] != ']':
+                lo = self.char(); hi = lo
+                if self.s.startswith('-', self.i) and self.s[self.i + 1:self.i + 2] not in (']', ''): self.i += 1; hi = self.char()
+                ranges.append((lo, hi))
+            if self.i >= len(self.s): self.err("unterminated character class")
+            self.i += 1
+            seq.append(('r', self.chars(nm, _negate(ranges) if neg else _norm(ranges))))
+        elif c == '.': self.i += 1; seq.append(('r', self.chars(nm, _negate([]))))
+        elif c == '(':
+            self.i += 1; alts = self.alternatives(nm, True); self.ws(True)
+            if not self.s.startswith(')', self.i): self.err("expected ')'")
+            self.i += 1; seq.append(('r', self.new_rule(nm, alts)))
+        elif re.match(r'[A-Za-z0-9_-]', c): seq.append(('r', self.rule_id(self.name())))
+        elif c in '*+?{':
+            if not last: self.err(f"'{c}' follows nothing")
+            item = last[0] if len(last) == 1 else ('r', self.new_rule(nm, [last]))   # a literal repeats as a whole
+            del seq[len(seq) - len(last):]
+            seq += self.repeat(nm, item); last = []; continue
+        else: self.err(f"unexpected character {c!r}")
+        last = seq[n0:]
+    return seq
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-p3
+@patch
+def chars(self:_GBNFParser, nm, ranges):                                 # a set of code points -> a rule over UTF-8 byte sequences
+    if not ranges: self.err("empty character class")
+    return self.new_rule(nm, [[('b', a, b) for a, b in seq] for lo, hi in ranges for seq in utf8_sequences(lo, hi)])
+@patch
+def repeat(self:_GBNFParser, nm, item):
+    c = self.s[self.i]; self.i += 1
+    if c == '{':
+        m = re.compile(r'\s*(\d+)\s*(,\s*(\d*)\s*)?\}').match(self.s, self.i)
+        if not m: self.err("expected {m}, {m,} or {m,n}")
+        self.i = m.end(); lo = int(m.group(1)); hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+        if hi is not None and hi < lo: self.err(f"repetition {{{lo},{hi}}} has max < min")
+    else: lo, hi = {'*': (0, None), '+': (1, None), '?': (0, 1)}[c]
+    if c == '{' or hi is None and lo > 1:                    # x{lo,hi}: one counted position (see GrammarAutomaton), not hi copies
+        return [('n', item[1] if item[0] == 'r' else self.new_rule(nm, [[item]]), lo, hi)]
+    if hi is None:                                           # x* and x+: R ::= x R | (empty)
+        r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item, ('r', r)], []]
+        return [item] * lo + [('r', r)]
+    r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item], []]   # x?
+    return [('r', r)]
 
 # %% ../nbs/05b_grammars.ipynb #gc000021-s2
 def parse_gbnf(text:str) -> Grammar:
@@ -246,44 +257,50 @@ class GrammarAutomaton:
         self._exp[stack] = out = tuple(sorted(set(out)))
         return out
 
-    def _intern(self, stacks:frozenset) -> int:
-        if not stacks: return DEAD
-        s = self.ids.get(stacks)
-        if s is None:
-            if len(self.sets) >= self.max_states: raise ValueError(f"the grammar recognizer met more than {self.max_states:,} states")
-            s = self.ids[stacks] = len(self.sets)
-            self.sets.append(stacks); self.accept.append(() in stacks)
-            if s >= len(self.table) - 1:                          # grow, keeping the last row all DEAD
-                self.table = np.concatenate([self.table[:-1], np.full_like(self.table, -2), self.table[-1:]])
-        return s
+# %% ../nbs/05b_grammars.ipynb #gc000031-s1-m1
+@patch
+def _intern(self:GrammarAutomaton, stacks:frozenset) -> int:
+    if not stacks: return DEAD
+    s = self.ids.get(stacks)
+    if s is None:
+        if len(self.sets) >= self.max_states: raise ValueError(f"the grammar recognizer met more than {self.max_states:,} states")
+        s = self.ids[stacks] = len(self.sets)
+        self.sets.append(stacks); self.accept.append(() in stacks)
+        if s >= len(self.table) - 1:                          # grow, keeping the last row all DEAD
+            self.table = np.concatenate([self.table[:-1], np.full_like(self.table, -2), self.table[-1:]])
+    return s
 
-    def row(self, s:int) -> np.ndarray:
-        "The next state after each of the 256 bytes from state `s` (DEAD where the byte is not allowed), computed on first use."
-        if self.table[s, 0] == -2:
-            nxt = {}
-            for st in self.sets[s]:
-                if not st: continue
-                p = st[-1]
-                adv = self._expand(st[:-1] + (p + 1,))            # read the byte range at the top, then go on
-                for b in range(self.a1[p], self.a2[p] + 1): nxt.setdefault(b, set()).update(adv)
-            row = np.full(256, DEAD, np.int32)
-            for b, ss in nxt.items(): row[b] = self._intern(frozenset(ss))
-            self.table[s] = row
-        return self.table[s]
+@patch
+def row(self:GrammarAutomaton, s:int) -> np.ndarray:
+    "The next state after each of the 256 bytes from state `s` (DEAD where the byte is not allowed), computed on first use."
+    if self.table[s, 0] == -2:
+        nxt = {}
+        for st in self.sets[s]:
+            if not st: continue
+            p = st[-1]
+            adv = self._expand(st[:-1] + (p + 1,))            # read the byte range at the top, then go on
+            for b in range(self.a1[p], self.a2[p] + 1): nxt.setdefault(b, set()).update(adv)
+        row = np.full(256, DEAD, np.int32)
+        for b, ss in nxt.items(): row[b] = self._intern(frozenset(ss))
+        self.table[s] = row
+    return self.table[s]
 
-    def walk(self, state:int, data:bytes) -> int:
-        "The state after reading `data` from `state` (DEAD once no continuation can match)."
-        for b in data:
-            if state == DEAD: break
-            state = int(self.row(state)[b])
-        return state
+@patch
+def walk(self:GrammarAutomaton, state:int, data:bytes) -> int:
+    "The state after reading `data` from `state` (DEAD once no continuation can match)."
+    for b in data:
+        if state == DEAD: break
+        state = int(self.row(state)[b])
+    return state
 
-    def fullmatch(self, text:str|bytes) -> bool:
-        "True when the whole of `text` is in the grammar's language."
-        s = self.walk(self.start, text.encode() if isinstance(text, str) else text)
-        return s != DEAD and self.accept[s]
+@patch
+def fullmatch(self:GrammarAutomaton, text:str|bytes) -> bool:
+    "True when the whole of `text` is in the grammar's language."
+    s = self.walk(self.start, text.encode() if isinstance(text, str) else text)
+    return s != DEAD and self.accept[s]
 
-    def __repr__(self): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
+@patch
+def __repr__(self:GrammarAutomaton): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
 
 # %% ../nbs/05b_grammars.ipynb #gc000041
 _CHILDREN = weakref.WeakKeyDictionary()
@@ -330,6 +347,7 @@ def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states) -> np.ndarray:
     out[:, ~vocab.has_bytes] = DEAD
     return out
 
+# %% ../nbs/05b_grammars.ipynb #gc000041-t1
 class GrammarIndex(TokenIndex):
     "05a's `TokenIndex` over a `GrammarAutomaton`: the same rows, masks and prefix cache; rows come from the lazy trie walk."
     def _add(self, states):
@@ -447,6 +465,7 @@ def _json_type(v) -> str:
     if isinstance(v, int) or isinstance(v, float) and v.is_integer(): return 'integer'
     return {float: 'number', str: 'string', list: 'array', dict: 'object'}[type(v)]
 
+# %% ../nbs/05b_grammars.ipynb #gs000011-t1
 class _SchemaGrammar:
     "JSON Schema -> grammar rules: one rule per distinct subschema and per `$ref` target (so recursion is a rule that uses itself)."
     def __init__(self, root, ws:str=' '):
@@ -485,84 +504,93 @@ class _SchemaGrammar:
             b.rules[v[1]] = [obj, arr, [s], [num], b.lit('true'), b.lit('false'), b.lit('null')]
         return self.any
 
-    def alts(self, schema, refs:tuple=()) -> list:
-        "The alternatives (lists of symbols) of `schema`; a keyword it cannot enforce raises a ValueError naming it."
-        if len(refs) > 32: raise ValueError("JSON schema: $ref with sibling keywords nests deeper than 32 levels")
-        if schema is True or schema == {}: return [[self.any_value()]]
-        if schema is False: raise _Empty("JSON schema: the schema false admits no value")
-        if not isinstance(schema, dict): raise ValueError(f"JSON schema must be a dict (or a boolean), got {type(schema).__name__}")
-        s = _norm_schema(schema)
-        s = _constraining(s)
-        if not s: return [[self.any_value()]]
-        if '$ref' in s:
-            ref = s.pop('$ref')
-            if not s: return [[self.ref(ref)]]                    # a plain reference: the target's rule (recursion allowed)
-            if ref in refs: raise ValueError(f"JSON schema: $ref {ref!r} is recursive and has sibling keywords; only a plain recursive $ref is supported")
-            return self.alts({'allOf': [s, _resolve(self.root, ref)]}, refs + (ref,))
-        if 'allOf' in s:
-            subs = s.pop('allOf')
-            if not isinstance(subs, list) or not subs: raise ValueError("JSON schema: 'allOf' must be a non-empty list of schemas")
-            for sub in subs:
-                while isinstance(sub, dict) and '$ref' in sub:       # resolve references before merging
-                    sub = dict(sub); r = sub.pop('$ref')
-                    if r in refs: raise ValueError(f"JSON schema: $ref {r!r} is recursive inside allOf; only a plain recursive $ref is supported")
-                    refs, t = refs + (r,), _resolve(self.root, r)
-                    sub = t if not _constraining(sub) else {**sub, 'allOf': sub.get('allOf', []) + [t]}
-                if sub is False: raise _Empty("JSON schema: allOf holds false")
-                if sub is True: continue
-                if not isinstance(sub, dict): raise ValueError(f"JSON schema: allOf entries must be schemas, got {sub!r}")
-                s = _merge(s, sub)
-            return self.alts(s, refs)
-        for comb in ('anyOf', 'oneOf'):
-            if comb in s:
-                subs = s.pop(comb)
-                if not isinstance(subs, list) or not subs: raise ValueError(f"JSON schema: '{comb}' must be a non-empty list of schemas")
-                res = lambda x: _resolve(self.root, x['$ref']) if isinstance(x, dict) and '$ref' in x else x
-                if comb == 'oneOf' and len(subs) > 1 and not all(_disjoint(res(a), res(b)) for i, a in enumerate(subs) for b in subs[i + 1:]):
-                    raise ValueError("JSON schema feature not supported: 'oneOf' whose branches may overlap (only branches of different "
-                                     "types, or with a required property whose const/enum values differ, are exact as an anyOf)")
-                out = []
-                for sub in subs:                                   # each branch AND its siblings; a branch no value satisfies drops out
-                    try: out.append([self.sym(sub if not s else s if sub is True else {'allOf': [s, sub]}, refs)])
-                    except _Empty: pass
-                if not out: raise _Empty(f"JSON schema: no branch of {comb} can hold")
-                return out
-        bad = sorted(k for k in s if k in GRAMMAR_REFUSED or k == 'multipleOf' and s[k])
-        if s.get('uniqueItems') and s.get('maxItems', 2) > 1: bad.append('uniqueItems')
-        if bad: raise ValueError(f"JSON schema feature(s) not supported: {', '.join(bad)} (a grammar cannot check them; "
-                                 f"supported: {', '.join(sorted((SUPPORTED | GRAMMAR_KEYWORDS) - {'uniqueItems', 'multipleOf'}))})")
-        if 'enum' in s or 'const' in s: return self.enum(s)
-        ts = _types(s)
-        if 'type' not in s:                                        # no type: only the types whose keywords appear (a sound narrowing)
-            named = {t for t in ('string', 'number', 'array', 'object') if any(k in s for k in KEYWORDS[t] | (GRAMMAR_KEYWORDS if t == 'object' else set()))}
-            if named: ts = named
-        if 'number' in ts: ts.discard('integer')
-        out = []
-        for t in sorted(ts, key=TYPES.index):
-            try:
-                if t == 'string': out.append([self.b.regex(_string_regex(s), 'string')])
-                elif t in ('integer', 'number'): out.append([self.b.regex(_number_regex(s, t == 'integer'), t)])
-                elif t in ('boolean', 'null'): out += [self.b.lit(x) for x in (('true', 'false') if t == 'boolean' else ('null',))]
-                elif t == 'array': out.append(self.array(s))
-                else: out.append(self.object(s))
-            except _Empty:
-                if len(ts) == 1: raise
-        if not out: raise _Empty(f"JSON schema: no value satisfies {s}")
-        return out
+# %% ../nbs/05b_grammars.ipynb #gs000011-m1
+@patch
+def alts(self:_SchemaGrammar, schema, refs:tuple=()) -> list:
+    "The alternatives (lists of symbols) of `schema`; a keyword it cannot enforce raises a ValueError naming it."
+    if len(refs) > 32: raise ValueError("JSON schema: $ref with sibling keywords nests deeper than 32 levels")
+    if schema is True or schema == {}: return [[self.any_value()]]
+    if schema is False: raise _Empty("JSON schema: the schema false admits no value")
+    if not isinstance(schema, dict): raise ValueError(f"JSON schema must be a dict (or a boolean), got {type(schema).__name__}")
+    s = _norm_schema(schema)
+    s = _constraining(s)
+    if not s: return [[self.any_value()]]
+    if '$ref' in s:
+        ref = s.pop('$ref')
+        if not s: return [[self.ref(ref)]]                    # a plain reference: the target's rule (recursion allowed)
+        if ref in refs: raise ValueError(f"JSON schema: $ref {ref!r} is recursive and has sibling keywords; only a plain recursive $ref is supported")
+        return self.alts({'allOf': [s, _resolve(self.root, ref)]}, refs + (ref,))
+    if 'allOf' in s:
+        subs = s.pop('allOf')
+        if not isinstance(subs, list) or not subs: raise ValueError("JSON schema: 'allOf' must be a non-empty list of schemas")
+        for sub in subs:
+            while isinstance(sub, dict) and '$ref' in sub:       # resolve references before merging
+                sub = dict(sub); r = sub.pop('$ref')
+                if r in refs: raise ValueError(f"JSON schema: $ref {r!r} is recursive inside allOf; only a plain recursive $ref is supported")
+                refs, t = refs + (r,), _resolve(self.root, r)
+                sub = t if not _constraining(sub) else {**sub, 'allOf': sub.get('allOf', []) + [t]}
+            if sub is False: raise _Empty("JSON schema: allOf holds false")
+            if sub is True: continue
+            if not isinstance(sub, dict): raise ValueError(f"JSON schema: allOf entries must be schemas, got {sub!r}")
+            s = _merge(s, sub)
+        return self.alts(s, refs)
+    for comb in ('anyOf', 'oneOf'):
+        if comb in s: return self._either(s, comb, refs)
+    bad = sorted(k for k in s if k in GRAMMAR_REFUSED or k == 'multipleOf' and s[k])
+    if s.get('uniqueItems') and s.get('maxItems', 2) > 1: bad.append('uniqueItems')
+    if bad: raise ValueError(f"JSON schema feature(s) not supported: {', '.join(bad)} (a grammar cannot check them; "
+                             f"supported: {', '.join(sorted((SUPPORTED | GRAMMAR_KEYWORDS) - {'uniqueItems', 'multipleOf'}))})")
+    if 'enum' in s or 'const' in s: return self.enum(s)
+    ts = _types(s)
+    if 'type' not in s:                                        # no type: only the types whose keywords appear (a sound narrowing)
+        named = {t for t in ('string', 'number', 'array', 'object') if any(k in s for k in KEYWORDS[t] | (GRAMMAR_KEYWORDS if t == 'object' else set()))}
+        if named: ts = named
+    if 'number' in ts: ts.discard('integer')
+    out = []
+    for t in sorted(ts, key=TYPES.index):
+        try:
+            if t == 'string': out.append([self.b.regex(_string_regex(s), 'string')])
+            elif t in ('integer', 'number'): out.append([self.b.regex(_number_regex(s, t == 'integer'), t)])
+            elif t in ('boolean', 'null'): out += [self.b.lit(x) for x in (('true', 'false') if t == 'boolean' else ('null',))]
+            elif t == 'array': out.append(self.array(s))
+            else: out.append(self.object(s))
+        except _Empty:
+            if len(ts) == 1: raise
+    if not out: raise _Empty(f"JSON schema: no value satisfies {s}")
+    return out
 
-    def enum(self, s:dict) -> list:
-        "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema`), each a literal."
-        vals = [s['const']] if 'const' in s else s['enum']
-        if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-        if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
-        rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
-        if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
-        elif rest:
-            import jsonschema
-            check = {**rest, **{k: self.root[k] for k in ('$defs', 'definitions') if isinstance(self.root, dict) and k in self.root}}
-            vals = [v for v in vals if jsonschema.Draft202012Validator(check).is_valid(v)]
-        if not vals: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
-        return [self.b.lit(t) for t in dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in vals)]
+# %% ../nbs/05b_grammars.ipynb #gs000011-m1b
+@patch
+def _either(self:_SchemaGrammar, s:dict, comb:str, refs:tuple) -> list:
+    "anyOf/oneOf: one alternative per branch, each branch AND-ed with the sibling keywords; a branch no value satisfies drops out. oneOf is accepted only when its branches are disjoint (then it is an anyOf)."
+    subs = s.pop(comb)
+    if not isinstance(subs, list) or not subs: raise ValueError(f"JSON schema: '{comb}' must be a non-empty list of schemas")
+    res = lambda x: _resolve(self.root, x['$ref']) if isinstance(x, dict) and '$ref' in x else x
+    if comb == 'oneOf' and len(subs) > 1 and not all(_disjoint(res(a), res(b)) for i, a in enumerate(subs) for b in subs[i + 1:]):
+        raise ValueError("JSON schema feature not supported: 'oneOf' whose branches may overlap (only branches of different "
+                         "types, or with a required property whose const/enum values differ, are exact as an anyOf)")
+    out = []
+    for sub in subs:                                   # each branch AND its siblings; a branch no value satisfies drops out
+        try: out.append([self.sym(sub if not s else s if sub is True else {'allOf': [s, sub]}, refs)])
+        except _Empty: pass
+    if not out: raise _Empty(f"JSON schema: no branch of {comb} can hold")
+    return out
+
+# %% ../nbs/05b_grammars.ipynb #gs000011-m2
+@patch
+def enum(self:_SchemaGrammar, s:dict) -> list:
+    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema`), each a literal."
+    vals = [s['const']] if 'const' in s else s['enum']
+    if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
+    if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
+    rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
+    if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
+    elif rest:
+        import jsonschema
+        check = {**rest, **{k: self.root[k] for k in ('$defs', 'definitions') if isinstance(self.root, dict) and k in self.root}}
+        vals = [v for v in vals if jsonschema.Draft202012Validator(check).is_valid(v)]
+    if not vals: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
+    return [self.b.lit(t) for t in dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in vals)]
 
 # %% ../nbs/05b_grammars.ipynb #gs000012
 def _count(s:dict, lo_k:str, hi_k:str) -> tuple[int, int|None]:
@@ -638,34 +666,7 @@ def object(self:_SchemaGrammar, s:dict) -> list:
         elif (extra := self._pattern_keys(s, k)): props[k] = {'allOf': [props[k]] + extra}
     lo = max(lo, len(set(req)))
     if hi is not None and hi < lo: raise _Empty(f"JSON schema: the object needs at least {lo} and at most {hi} properties")
-    if props:
-        if lo > len(props): raise ValueError(f"JSON schema: minProperties {lo} asks for more properties than the {len(props)} listed; not supported")
-        kv = {}
-        for k, v in props.items():                               # an optional property no value satisfies is left out
-            try: kv[k] = b.lit(json.dumps(k, ensure_ascii=False) + ':') + w + [self.sym(v)]
-            except _Empty:
-                if k in req: raise
-        if lo > len(kv): raise _Empty(f"JSON schema: the object needs {lo} properties and only {len(kv)} can hold")
-        keys, memo = list(kv), {}
-        counted = lo > len(set(req)) or (hi is not None and hi < len(props))
-        cap = lo if hi is None else hi
-        def seq(i, n, first):                                    # properties i.. in schema order, n written before them (capped)
-            if i == len(keys): return [] if n >= lo or not counted else None
-            if (i, n, first) not in memo:
-                item, opt = ([] if first else sep) + kv[keys[i]], keys[i] not in req
-                if not counted and not first:
-                    r = seq(i + 1, n, False)
-                    memo[i, n, first] = ([('r', b.rule('props', [item, []]))] if opt else item) + r
-                    return memo[i, n, first]
-                alts = []
-                if hi is None or n < hi:
-                    if (r := seq(i + 1, min(n + 1, cap), False)) is not None: alts.append(item + r)
-                if opt and (r := seq(i + 1, n, first)) is not None: alts.append(r)
-                memo[i, n, first] = None if not alts else alts[0] if len(alts) == 1 else [('r', b.rule('props', alts))]
-            return memo[i, n, first]
-        body = seq(0, 0, True)
-        if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
-        return b.lit('{') + w + body + w + b.lit('}')
+    if props: return self._listed(props, req, lo, hi)
     if lo > 1: raise ValueError(f"JSON schema: minProperties {lo} on an object without listed properties is not supported (a grammar "
                                 "cannot keep a map's keys distinct, and a repeated key counts once)")
     if pp and pn is not True: raise ValueError("JSON schema: patternProperties together with propertyNames is not supported")
@@ -684,6 +685,39 @@ def object(self:_SchemaGrammar, s:dict) -> list:
     kv = b.ref('member', [[k] + b.lit(':') + w + [v] for k, v in pairs])
     body = [kv, ('n', b.rule('members', [sep + [kv]]), 0, None if hi is None else hi - 1)]
     return b.lit('{') + w + (body if lo >= 1 else [('r', b.rule('members', [body, []]))]) + w + b.lit('}')
+
+# %% ../nbs/05b_grammars.ipynb #gs000012-s2
+@patch
+def _listed(self:_SchemaGrammar, props:dict, req:list, lo:int, hi:int|None) -> list:
+    "Listed properties in the schema's order, optional ones left out or not, minProperties..maxProperties in all (each count a path)."
+    b, w, sep = self.b, self._w(), self.b.lit(',') + self._w()
+    if lo > len(props): raise ValueError(f"JSON schema: minProperties {lo} asks for more properties than the {len(props)} listed; not supported")
+    kv = {}
+    for k, v in props.items():                               # an optional property no value satisfies is left out
+        try: kv[k] = b.lit(json.dumps(k, ensure_ascii=False) + ':') + w + [self.sym(v)]
+        except _Empty:
+            if k in req: raise
+    if lo > len(kv): raise _Empty(f"JSON schema: the object needs {lo} properties and only {len(kv)} can hold")
+    keys, memo = list(kv), {}
+    counted = lo > len(set(req)) or (hi is not None and hi < len(props))
+    cap = lo if hi is None else hi
+    def seq(i, n, first):                                    # properties i.. in schema order, n written before them (capped)
+        if i == len(keys): return [] if n >= lo or not counted else None
+        if (i, n, first) not in memo:
+            item, opt = ([] if first else sep) + kv[keys[i]], keys[i] not in req
+            if not counted and not first:
+                r = seq(i + 1, n, False)
+                memo[i, n, first] = ([('r', b.rule('props', [item, []]))] if opt else item) + r
+                return memo[i, n, first]
+            alts = []
+            if hi is None or n < hi:
+                if (r := seq(i + 1, min(n + 1, cap), False)) is not None: alts.append(item + r)
+            if opt and (r := seq(i + 1, n, first)) is not None: alts.append(r)
+            memo[i, n, first] = None if not alts else alts[0] if len(alts) == 1 else [('r', b.rule('props', alts))]
+        return memo[i, n, first]
+    body = seq(0, 0, True)
+    if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
+    return b.lit('{') + w + body + w + b.lit('}')
 
 # %% ../nbs/05b_grammars.ipynb #gs000013
 def _reachable(g:Grammar) -> Grammar:
