@@ -130,60 +130,65 @@ class _NFA:
                     self.edges[cur].append((a, b, nxt)); cur = nxt
         return s, e
 
-    def build(self, items, pattern):                            # a parsed sequence -> fragment
-        from re import _constants as C
-        s = cur = self.state()
-        for op, av in items:
-            if op is C.LITERAL: f = self.chars([(av, av)])
-            elif op is C.NOT_LITERAL: f = self.chars(_negate([(av, av)]))
-            elif op is C.ANY: f = self.chars(_negate([(10, 10)]))
-            elif op is C.IN: f = self.chars(self._set(av, pattern))
-            elif op is C.SUBPATTERN:
-                if av[1] or av[2]: raise ValueError(f"regex {pattern!r}: inline flags such as (?i) are not supported")
-                outer = self.safe
-                self.safe = outer or av[0] in self.safe_groups
-                f = self.build(av[3], pattern)
-                self.safe = outer
-            elif op is C.BRANCH:
-                a, b = self.state(), self.state()
-                for alt in av[1]:
-                    fs, fe = self.build(alt, pattern); self.eps[a].append(fs); self.eps[fe].append(b)
-                f = (a, b)
-            elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
-                lo, hi, sub = av
-                a = b = self.state()
-                for _ in range(lo):
-                    fs, fe = self.build(sub, pattern); self.eps[b].append(fs); b = fe
-                if hi is C.MAXREPEAT:
-                    fs, fe = self.build(sub, pattern); end = self.state()
-                    self.eps[b] += [fs, end]; self.eps[fe] += [fs, end]; b = end
-                else:
-                    end = self.state()
-                    for _ in range(hi - lo):
-                        fs, fe = self.build(sub, pattern); self.eps[b] += [fs, end]; b = fe
-                    self.eps[b].append(end); b = end
-                f = (a, b)
-            else: raise ValueError(f"regex {pattern!r}: {str(op).lower()} is not supported (no anchors, lookaround or back-references; "
-                                   "the whole output must match)")
-            self.eps[cur].append(f[0]); cur = f[1]
-        return s, cur
+# %% ../nbs/05a_constrained.ipynb #cc000025-m1
+@patch
+def build(self:_NFA, items, pattern):                            # a parsed sequence -> fragment
+    from re import _constants as C
+    s = cur = self.state()
+    for op, av in items:
+        if op is C.LITERAL: f = self.chars([(av, av)])
+        elif op is C.NOT_LITERAL: f = self.chars(_negate([(av, av)]))
+        elif op is C.ANY: f = self.chars(_negate([(10, 10)]))
+        elif op is C.IN: f = self.chars(self._set(av, pattern))
+        elif op is C.SUBPATTERN:
+            if av[1] or av[2]: raise ValueError(f"regex {pattern!r}: inline flags such as (?i) are not supported")
+            outer = self.safe
+            self.safe = outer or av[0] in self.safe_groups
+            f = self.build(av[3], pattern)
+            self.safe = outer
+        elif op is C.BRANCH:
+            a, b = self.state(), self.state()
+            for alt in av[1]:
+                fs, fe = self.build(alt, pattern); self.eps[a].append(fs); self.eps[fe].append(b)
+            f = (a, b)
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            lo, hi, sub = av
+            a = b = self.state()
+            for _ in range(lo):
+                fs, fe = self.build(sub, pattern); self.eps[b].append(fs); b = fe
+            if hi is C.MAXREPEAT:
+                fs, fe = self.build(sub, pattern); end = self.state()
+                self.eps[b] += [fs, end]; self.eps[fe] += [fs, end]; b = end
+            else:
+                end = self.state()
+                for _ in range(hi - lo):
+                    fs, fe = self.build(sub, pattern); self.eps[b] += [fs, end]; b = fe
+                self.eps[b].append(end); b = end
+            f = (a, b)
+        else: raise ValueError(f"regex {pattern!r}: {str(op).lower()} is not supported (no anchors, lookaround or back-references; "
+                               "the whole output must match)")
+        self.eps[cur].append(f[0]); cur = f[1]
+    return s, cur
 
-    def _set(self, items, pattern):
-        "The code points of a class `[...]`: ASCII \\d \\w \\s for `regex=`, Python's Unicode ones inside a schema's pattern (what jsonschema checks)."
-        from re import _constants as C
-        ranges, neg = [], False
-        for op, av in items:
-            if op is C.NEGATE: neg = True
-            elif op is C.LITERAL: ranges.append((av, av))
-            elif op is C.RANGE: ranges.append(av)
-            elif op is C.CATEGORY:
-                name = str(av)
-                if name.replace('NOT_', '') not in _CATS: raise ValueError(f"regex {pattern!r}: character category {name} is not supported")
-                base = _unicode_cat(name.replace('NOT_', '')) if self.safe else _CATS[name.replace('NOT_', '')]
-                ranges += _negate(base) if 'NOT_' in name else base
-            else: raise ValueError(f"regex {pattern!r}: {op} inside [] is not supported")
-        return _negate(ranges) if neg else _norm(ranges)
+# %% ../nbs/05a_constrained.ipynb #cc000025-m2
+@patch
+def _set(self:_NFA, items, pattern):
+    "The code points of a class `[...]`: ASCII \\d \\w \\s for `regex=`, Python's Unicode ones inside a schema's pattern (what jsonschema checks)."
+    from re import _constants as C
+    ranges, neg = [], False
+    for op, av in items:
+        if op is C.NEGATE: neg = True
+        elif op is C.LITERAL: ranges.append((av, av))
+        elif op is C.RANGE: ranges.append(av)
+        elif op is C.CATEGORY:
+            name = str(av)
+            if name.replace('NOT_', '') not in _CATS: raise ValueError(f"regex {pattern!r}: character category {name} is not supported")
+            base = _unicode_cat(name.replace('NOT_', '')) if self.safe else _CATS[name.replace('NOT_', '')]
+            ranges += _negate(base) if 'NOT_' in name else base
+        else: raise ValueError(f"regex {pattern!r}: {op} inside [] is not supported")
+    return _negate(ranges) if neg else _norm(ranges)
 
+# %% ../nbs/05a_constrained.ipynb #cc000025-t1
 def _nfa_size(items) -> int:
     "About how many NFA states `_NFA.build` makes for a parsed regex: counted repetitions multiply (checked before building)."
     from re import _constants as C
@@ -248,6 +253,7 @@ def regex_to_dfa(pattern:str, max_states:int=MAX_NFA_STATES) -> ByteDFA:
     table, start_s, acc = _minimize(table, 0, np.array(accept)) if len(ids) <= 3000 else (table, 0, np.array(accept))   # Moore is O(S^2) on long chains
     return prune(ByteDFA(table[:, cls_of], start_s, acc, pattern))
 
+# %% ../nbs/05a_constrained.ipynb #cc000026-t1
 def _minimize(table, start, accept):
     "Moore's partition refinement on a class-level table (S, C): states with the same future merge."
     S = len(table)
@@ -290,6 +296,7 @@ def vocab_bytes(tokenizer:Tokenizer) -> list[bytes|None]:
         else: out.append(t.encode())                          # an added plain-text token: its own UTF-8
     return out
 
+# %% ../nbs/05a_constrained.ipynb #cc000031-t1
 class TokenVocab:
     "A vocabulary's tokens as bytes, arranged in a trie so that tokens sharing a prefix share its walk through an automaton."
     def __init__(self, tokens:list[bytes|None], # the bytes of each token id; None for special tokens
@@ -381,36 +388,41 @@ class TokenIndex:
         "Ids of the tokens allowed in `state` (stop tokens included where the text may end)."
         return (~self.mask(state)).nonzero().flatten().tolist()
 
-    def build_all(self) -> 'TokenIndex':
-        "Index every state reachable from the start (what a precomputed index such as Outlines' stores)."
-        todo, seen = [self.dfa.start], {self.dfa.start}
-        while todo:
-            self._add(todo)
-            nxt = set()
-            for s in todo: nxt.update(int(t) for t in np.unique(self.next[s]) if t >= 0)
-            todo = sorted(nxt - seen); seen |= nxt
-        return self
+# %% ../nbs/05a_constrained.ipynb #cc000041-m1
+@patch
+def build_all(self:TokenIndex) -> 'TokenIndex':
+    "Index every state reachable from the start (what a precomputed index such as Outlines' stores)."
+    todo, seen = [self.dfa.start], {self.dfa.start}
+    while todo:
+        self._add(todo)
+        nxt = set()
+        for s in todo: nxt.update(int(t) for t in np.unique(self.next[s]) if t >= 0)
+        todo = sorted(nxt - seen); seen |= nxt
+    return self
 
-    def step(self, state, t:int):
-        "The state after one more token `t` (None: a stop token ended the text; DEAD: `t` leaves the language)."
-        if state == DEAD: return DEAD
-        if state is None: return None if t in self.vocab.stop_ids else DEAD
-        if t in self.vocab.stop_ids: return None if self.dfa.accept[state] else DEAD
-        return int(self.row(state)[t]) if 0 <= t < self.vocab.V else DEAD
+@patch
+def step(self:TokenIndex, state, t:int):
+    "The state after one more token `t` (None: a stop token ended the text; DEAD: `t` leaves the language)."
+    if state == DEAD: return DEAD
+    if state is None: return None if t in self.vocab.stop_ids else DEAD
+    if t in self.vocab.stop_ids: return None if self.dfa.accept[state] else DEAD
+    return int(self.row(state)[t]) if 0 <= t < self.vocab.V else DEAD
 
-    def state_after(self, ids) -> int:
-        "The state after generating token `ids` from the start; None once a stop token ended the text; DEAD if `ids` leave the language."
-        key = tuple(ids)                                          # remembered per prefix: one step per new token, not a walk from the start
-        if key in self._after: return self._after[key]
-        if key and key[:-1] in self._after: s = self.step(self._after[key[:-1]], key[-1])
-        else:
-            s = self.dfa.start
-            for t in key: s = self.step(s, t)
-        self._after[key] = s
-        if len(self._after) > 4096: self._after.pop(next(iter(self._after)))   # forget the oldest prefix
-        return s
+@patch
+def state_after(self:TokenIndex, ids) -> int:
+    "The state after generating token `ids` from the start; None once a stop token ended the text; DEAD if `ids` leave the language."
+    key = tuple(ids)                                          # remembered per prefix: one step per new token, not a walk from the start
+    if key in self._after: return self._after[key]
+    if key and key[:-1] in self._after: s = self.step(self._after[key[:-1]], key[-1])
+    else:
+        s = self.dfa.start
+        for t in key: s = self.step(s, t)
+    self._after[key] = s
+    if len(self._after) > 4096: self._after.pop(next(iter(self._after)))   # forget the oldest prefix
+    return s
 
-    def __repr__(self): return f"TokenIndex({self.dfa!r}, {self.rows_built} of {self.dfa.n_states} states indexed)"
+@patch
+def __repr__(self:TokenIndex): return f"TokenIndex({self.dfa!r}, {self.rows_built} of {self.dfa.n_states} states indexed)"
 
 # %% ../nbs/05a_constrained.ipynb #cc000043
 _TOKENIZERS = Tokenizer.__dict__.get('_instances') or weakref.WeakSet()   # every Tokenizer made since this module was imported
@@ -442,6 +454,7 @@ def _tokenizer_for(V:int) -> Tokenizer:
                                    "constraint.bind(llm.tokenizer) or call register_tokenizer(llm.tokenizer)")
     raise ValueError(f"{len(found)} different tokenizers with {V} tokens are loaded; bind the constraint to one with constraint.bind(llm.tokenizer)")
 
+# %% ../nbs/05a_constrained.ipynb #cc000043-t1
 class Constraint:
     "An output format as a regular language: `apply(logits, tokens, n_prompt)` sends every token it forbids to -inf, row by row."
     path = 'regex'                                               # how it was compiled (chapter 05b adds 'grammar')
@@ -573,6 +586,7 @@ def _number_regex(s:dict, integer:bool) -> str:
         raise _Empty(f"JSON schema: no number lies within the bounds of {s}")
     return '(' + '|'.join(parts) + ')'
 
+# %% ../nbs/05a_constrained.ipynb #cc000053-t1
 _D2 = r'(0[0-9]|1[0-9]|2[0-3])'
 STRING_FORMATS = {   # what each string format admits (a subset of its standard: what a validator with a format checker accepts)
     'date': r'([1-9][0-9]{3}|0([1-9][0-9]{2}|0([1-9][0-9]|0[1-9])))-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))',  # no Feb 29
@@ -584,6 +598,7 @@ STRING_FORMATS = {   # what each string format admits (a subset of its standard:
 }
 STRING_FORMATS['date-time'] = STRING_FORMATS['date'] + 'T' + STRING_FORMATS['time']
 
+# %% ../nbs/05a_constrained.ipynb #cc000053-t2
 def _pattern_body(p:str) -> tuple[str, bool, bool]:
     "A schema `pattern` without its leading `^` and trailing `$` (a `\\$` is an escaped dollar), and whether each was there."
     if not isinstance(p, str): raise ValueError(f"JSON schema: 'pattern' must be a string, got {p!r}")
@@ -605,6 +620,7 @@ def _pattern_body(p:str) -> tuple[str, bool, bool]:
         raise ValueError(f"JSON schema: pattern {p!r} needs the character(s) {bad}, which JSON writes escaped; such patterns are not supported")
     return body, start, end
 
+# %% ../nbs/05a_constrained.ipynb #cc000053-t3
 def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
     "A whole-string regex `text` (an anchored pattern's body, or a format) with minLength..maxLength folded in: dropped when its own widths imply them, else put into a pattern made of one repeated character class (`[a-z]+` with maxLength 8 is `[a-z]{1,8}`); a ValueError otherwise."
     from re import _parser
@@ -724,6 +740,7 @@ def _merge(a:dict, b:dict) -> dict:
         out.pop('const'); out['enum'] = keep
     return out
 
+# %% ../nbs/05a_constrained.ipynb #cc000054-s1-t1
 def _resolve(root, ref:str):
     "The schema a local `$ref` (a JSON pointer into the root schema: '#', '#/$defs/Name', '#/definitions/Name') points to."
     if not isinstance(ref, str) or not ref.startswith('#'): raise ValueError(f"JSON schema: only local $ref ('#/...') is supported, got {ref!r}")
@@ -747,7 +764,6 @@ def _disjoint(a, b) -> bool:
         vb = [pb[k]['const']] if 'const' in pb[k] else pb[k].get('enum')
         if va is not None and vb is not None and not {_jkey(x) for x in va} & {_jkey(x) for x in vb}: return True
     return False
-
 
 # %% ../nbs/05a_constrained.ipynb #cc000055
 ANY_KEY = '"' + STRING_CHAR + '*"'
@@ -777,6 +793,7 @@ def _array_regex(s:dict, rec, ws:str) -> str:
         return f"({sep}{item})" + ('*' if b is None and a == 0 else f"{{{a},{'' if b is None else b}}}")
     return r'\[' + ws + tail(0) + ws + r'\]'
 
+# %% ../nbs/05a_constrained.ipynb #cc000055-t1
 def _object_regex(s:dict, rec, ws:str) -> str:
     "An object: listed properties in the schema's order (optional ones may be left out; extras never written), or a map of any keys when none are listed."
     props, req, addl = dict(s.get('properties', {})), list(s.get('required', [])), s.get('additionalProperties', True)
@@ -932,6 +949,7 @@ def _compile_cached(kind:str, key:str, backend:str='minillm'):
     regex, source = _spec_regex(kind, json.loads(key))
     return (Constraint if backend == 'minillm' else LLGConstraint)(regex, kind, source)
 
+# %% ../nbs/05a_constrained.ipynb #cc000061-t1
 SCHEMA_PATHS = {}   # other ways to compile a JSON schema: chapter 05b adds 'grammar' (rules and a pushdown recognizer)
 
 def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|None=None, json_object:bool=False,
@@ -960,6 +978,7 @@ for _kind, _doc in (('regex', 'output matches this regular expression'), ('json_
                     ('choice', 'output is exactly one of these strings')):
     register_constraint(_kind, '05a', (lambda kind: lambda value: compile_constraint(**{kind: value}))(_kind), _doc)   # generate(regex=...) etc.
 
+# %% ../nbs/05a_constrained.ipynb #cc000061-t2
 def response_format_constraint(response_format) -> Constraint|None:
     "The constraint OpenAI's `response_format` asks for: None for text, any JSON object for `json_object`, the schema for `json_schema`."
     rf = response_format
@@ -1005,6 +1024,7 @@ def llg_allowed(matcher, V:int) -> list[int]:
     _llguidance().numpy.fill_next_token_bitmask(matcher, bits, 0)
     return np.unpackbits(bits.view(np.uint8), bitorder='little')[:V].nonzero()[0].tolist()
 
+# %% ../nbs/05a_constrained.ipynb #cc000082-t1
 class LLGConstraint:
     "The same contract as `Constraint` (`apply(logits, tokens, n_prompt)`, a function of each row's generated tokens), masked by LLGuidance."
     def __init__(self, regex:str, kind:str='regex', source=None, tokenizer:Tokenizer|None=None, max_prefixes:int=1024):
