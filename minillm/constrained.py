@@ -634,8 +634,30 @@ def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
         a, b = max(a, lo), (hi if b is None else b if hi is None else min(b, hi))
         if b is not None and b < a: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
         return f"{m.group(1)}{{{a},{'' if b is None else b}}}"
+    if hi is not None and w0 >= lo:                              # cap the unbounded repetitions so that no match is longer than maxLength
+        width = lambda cap: _parser.parse(_cap_repeats(text, cap)).getwidth()[1]
+        if width(0) <= hi:                                       # the largest cap that fits (a sound subset: some valid strings are lost)
+            a, b = 0, hi
+            while a < b:
+                m = (a + b + 1) // 2
+                a, b = (m, b) if width(m) <= hi else (a, m - 1)
+            return _cap_repeats(text, a)
     raise ValueError(f"JSON schema: {what} together with minLength/maxLength is not supported (only where the {what} implies the "
-                     "lengths, or is one repeated character class such as ^[a-z]+$)")
+                     "lengths, is one repeated character class such as ^[a-z]+$, or fits under maxLength with its repetitions capped)")
+
+def _cap_repeats(text:str, cap:int) -> str:
+    "`text` with every unbounded repetition (`*`, `+`, `{m,}`) given at most max(m, cap) copies; escapes and character classes are left alone."
+    out, i, cls = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if c == '\\': out.append(text[i:i + 2]); i += 2; continue
+        if cls: cls = c != ']'
+        elif c == '[': cls = True; out.append(c); i += 1; out.append(text[i:i + 1] if text[i:i + 1] in (']', '^') else ''); i += len(out[-1]); continue
+        elif c in '*+': c = f"{{{int(c == '+')},{max(int(c == '+'), cap)}}}"
+        elif c == '{' and (m := re.compile(r'\{(\d+),\}').match(text, i)):
+            out.append(f"{{{m.group(1)},{max(int(m.group(1)), cap)}}}"); i = m.end(); continue
+        out.append(c); i += 1
+    return ''.join(out)
 
 def _string_regex(s:dict) -> str:
     "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; a length with a format or an anchored pattern where `_fold_length` can fold it in; other pairs are refused."
