@@ -17,8 +17,8 @@ from .loop import machine_info
 
 # %% auto #0
 __all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'MAX_DIGITS', 'STRING_FORMATS', 'TYPES', 'KEYWORDS',
-           'SUPPORTED', 'REFUSED', 'ANY_KEY', 'BACKENDS', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa', 'prune',
-           'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
+           'SUPPORTED', 'REFUSED', 'ANY_KEY', 'BACKENDS', 'SCHEMA_PATHS', 'ByteDFA', 'utf8_sequences', 'regex_to_dfa',
+           'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex', 'register_tokenizer', 'Constraint',
            'int_range_regex', 'schema_to_regex', 'json_value_regex', 'json_object_regex', 'compile_constraint',
            'response_format_constraint', 'llg_tokenizer', 'llg_allowed', 'LLGConstraint']
 
@@ -130,60 +130,65 @@ class _NFA:
                     self.edges[cur].append((a, b, nxt)); cur = nxt
         return s, e
 
-    def build(self, items, pattern):                            # a parsed sequence -> fragment
-        from re import _constants as C
-        s = cur = self.state()
-        for op, av in items:
-            if op is C.LITERAL: f = self.chars([(av, av)])
-            elif op is C.NOT_LITERAL: f = self.chars(_negate([(av, av)]))
-            elif op is C.ANY: f = self.chars(_negate([(10, 10)]))
-            elif op is C.IN: f = self.chars(self._set(av, pattern))
-            elif op is C.SUBPATTERN:
-                if av[1] or av[2]: raise ValueError(f"regex {pattern!r}: inline flags such as (?i) are not supported")
-                outer = self.safe
-                self.safe = outer or av[0] in self.safe_groups
-                f = self.build(av[3], pattern)
-                self.safe = outer
-            elif op is C.BRANCH:
-                a, b = self.state(), self.state()
-                for alt in av[1]:
-                    fs, fe = self.build(alt, pattern); self.eps[a].append(fs); self.eps[fe].append(b)
-                f = (a, b)
-            elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
-                lo, hi, sub = av
-                a = b = self.state()
-                for _ in range(lo):
-                    fs, fe = self.build(sub, pattern); self.eps[b].append(fs); b = fe
-                if hi is C.MAXREPEAT:
-                    fs, fe = self.build(sub, pattern); end = self.state()
-                    self.eps[b] += [fs, end]; self.eps[fe] += [fs, end]; b = end
-                else:
-                    end = self.state()
-                    for _ in range(hi - lo):
-                        fs, fe = self.build(sub, pattern); self.eps[b] += [fs, end]; b = fe
-                    self.eps[b].append(end); b = end
-                f = (a, b)
-            else: raise ValueError(f"regex {pattern!r}: {str(op).lower()} is not supported (no anchors, lookaround or back-references; "
-                                   "the whole output must match)")
-            self.eps[cur].append(f[0]); cur = f[1]
-        return s, cur
+# %% ../nbs/05a_constrained.ipynb #cc000025-m1
+@patch
+def build(self:_NFA, items, pattern):                            # a parsed sequence -> fragment
+    from re import _constants as C
+    s = cur = self.state()
+    for op, av in items:
+        if op is C.LITERAL: f = self.chars([(av, av)])
+        elif op is C.NOT_LITERAL: f = self.chars(_negate([(av, av)]))
+        elif op is C.ANY: f = self.chars(_negate([(10, 10)]))
+        elif op is C.IN: f = self.chars(self._set(av, pattern))
+        elif op is C.SUBPATTERN:
+            if av[1] or av[2]: raise ValueError(f"regex {pattern!r}: inline flags such as (?i) are not supported")
+            outer = self.safe
+            self.safe = outer or av[0] in self.safe_groups
+            f = self.build(av[3], pattern)
+            self.safe = outer
+        elif op is C.BRANCH:
+            a, b = self.state(), self.state()
+            for alt in av[1]:
+                fs, fe = self.build(alt, pattern); self.eps[a].append(fs); self.eps[fe].append(b)
+            f = (a, b)
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            lo, hi, sub = av
+            a = b = self.state()
+            for _ in range(lo):
+                fs, fe = self.build(sub, pattern); self.eps[b].append(fs); b = fe
+            if hi is C.MAXREPEAT:
+                fs, fe = self.build(sub, pattern); end = self.state()
+                self.eps[b] += [fs, end]; self.eps[fe] += [fs, end]; b = end
+            else:
+                end = self.state()
+                for _ in range(hi - lo):
+                    fs, fe = self.build(sub, pattern); self.eps[b] += [fs, end]; b = fe
+                self.eps[b].append(end); b = end
+            f = (a, b)
+        else: raise ValueError(f"regex {pattern!r}: {str(op).lower()} is not supported (no anchors, lookaround or back-references; "
+                               "the whole output must match)")
+        self.eps[cur].append(f[0]); cur = f[1]
+    return s, cur
 
-    def _set(self, items, pattern):
-        "The code points of a class `[...]`: ASCII \\d \\w \\s for `regex=`, Python's Unicode ones inside a schema's pattern (what jsonschema checks)."
-        from re import _constants as C
-        ranges, neg = [], False
-        for op, av in items:
-            if op is C.NEGATE: neg = True
-            elif op is C.LITERAL: ranges.append((av, av))
-            elif op is C.RANGE: ranges.append(av)
-            elif op is C.CATEGORY:
-                name = str(av)
-                if name.replace('NOT_', '') not in _CATS: raise ValueError(f"regex {pattern!r}: character category {name} is not supported")
-                base = _unicode_cat(name.replace('NOT_', '')) if self.safe else _CATS[name.replace('NOT_', '')]
-                ranges += _negate(base) if 'NOT_' in name else base
-            else: raise ValueError(f"regex {pattern!r}: {op} inside [] is not supported")
-        return _negate(ranges) if neg else _norm(ranges)
+# %% ../nbs/05a_constrained.ipynb #cc000025-m2
+@patch
+def _set(self:_NFA, items, pattern):
+    "The code points of a class `[...]`: ASCII \\d \\w \\s for `regex=`, Python's Unicode ones inside a schema's pattern (what jsonschema checks)."
+    from re import _constants as C
+    ranges, neg = [], False
+    for op, av in items:
+        if op is C.NEGATE: neg = True
+        elif op is C.LITERAL: ranges.append((av, av))
+        elif op is C.RANGE: ranges.append(av)
+        elif op is C.CATEGORY:
+            name = str(av)
+            if name.replace('NOT_', '') not in _CATS: raise ValueError(f"regex {pattern!r}: character category {name} is not supported")
+            base = _unicode_cat(name.replace('NOT_', '')) if self.safe else _CATS[name.replace('NOT_', '')]
+            ranges += _negate(base) if 'NOT_' in name else base
+        else: raise ValueError(f"regex {pattern!r}: {op} inside [] is not supported")
+    return _negate(ranges) if neg else _norm(ranges)
 
+# %% ../nbs/05a_constrained.ipynb #cc000025-t1
 def _nfa_size(items) -> int:
     "About how many NFA states `_NFA.build` makes for a parsed regex: counted repetitions multiply (checked before building)."
     from re import _constants as C
@@ -248,6 +253,7 @@ def regex_to_dfa(pattern:str, max_states:int=MAX_NFA_STATES) -> ByteDFA:
     table, start_s, acc = _minimize(table, 0, np.array(accept)) if len(ids) <= 3000 else (table, 0, np.array(accept))   # Moore is O(S^2) on long chains
     return prune(ByteDFA(table[:, cls_of], start_s, acc, pattern))
 
+# %% ../nbs/05a_constrained.ipynb #cc000026-t1
 def _minimize(table, start, accept):
     "Moore's partition refinement on a class-level table (S, C): states with the same future merge."
     S = len(table)
@@ -290,6 +296,7 @@ def vocab_bytes(tokenizer:Tokenizer) -> list[bytes|None]:
         else: out.append(t.encode())                          # an added plain-text token: its own UTF-8
     return out
 
+# %% ../nbs/05a_constrained.ipynb #cc000031-t1
 class TokenVocab:
     "A vocabulary's tokens as bytes, arranged in a trie so that tokens sharing a prefix share its walk through an automaton."
     def __init__(self, tokens:list[bytes|None], # the bytes of each token id; None for special tokens
@@ -381,36 +388,41 @@ class TokenIndex:
         "Ids of the tokens allowed in `state` (stop tokens included where the text may end)."
         return (~self.mask(state)).nonzero().flatten().tolist()
 
-    def build_all(self) -> 'TokenIndex':
-        "Index every state reachable from the start (what a precomputed index such as Outlines' stores)."
-        todo, seen = [self.dfa.start], {self.dfa.start}
-        while todo:
-            self._add(todo)
-            nxt = set()
-            for s in todo: nxt.update(int(t) for t in np.unique(self.next[s]) if t >= 0)
-            todo = sorted(nxt - seen); seen |= nxt
-        return self
+# %% ../nbs/05a_constrained.ipynb #cc000041-m1
+@patch
+def build_all(self:TokenIndex) -> 'TokenIndex':
+    "Index every state reachable from the start (what a precomputed index such as Outlines' stores)."
+    todo, seen = [self.dfa.start], {self.dfa.start}
+    while todo:
+        self._add(todo)
+        nxt = set()
+        for s in todo: nxt.update(int(t) for t in np.unique(self.next[s]) if t >= 0)
+        todo = sorted(nxt - seen); seen |= nxt
+    return self
 
-    def step(self, state, t:int):
-        "The state after one more token `t` (None: a stop token ended the text; DEAD: `t` leaves the language)."
-        if state == DEAD: return DEAD
-        if state is None: return None if t in self.vocab.stop_ids else DEAD
-        if t in self.vocab.stop_ids: return None if self.dfa.accept[state] else DEAD
-        return int(self.row(state)[t]) if 0 <= t < self.vocab.V else DEAD
+@patch
+def step(self:TokenIndex, state, t:int):
+    "The state after one more token `t` (None: a stop token ended the text; DEAD: `t` leaves the language)."
+    if state == DEAD: return DEAD
+    if state is None: return None if t in self.vocab.stop_ids else DEAD
+    if t in self.vocab.stop_ids: return None if self.dfa.accept[state] else DEAD
+    return int(self.row(state)[t]) if 0 <= t < self.vocab.V else DEAD
 
-    def state_after(self, ids) -> int:
-        "The state after generating token `ids` from the start; None once a stop token ended the text; DEAD if `ids` leave the language."
-        key = tuple(ids)                                          # remembered per prefix: one step per new token, not a walk from the start
-        if key in self._after: return self._after[key]
-        if key and key[:-1] in self._after: s = self.step(self._after[key[:-1]], key[-1])
-        else:
-            s = self.dfa.start
-            for t in key: s = self.step(s, t)
-        self._after[key] = s
-        if len(self._after) > 4096: self._after.pop(next(iter(self._after)))   # forget the oldest prefix
-        return s
+@patch
+def state_after(self:TokenIndex, ids) -> int:
+    "The state after generating token `ids` from the start; None once a stop token ended the text; DEAD if `ids` leave the language."
+    key = tuple(ids)                                          # remembered per prefix: one step per new token, not a walk from the start
+    if key in self._after: return self._after[key]
+    if key and key[:-1] in self._after: s = self.step(self._after[key[:-1]], key[-1])
+    else:
+        s = self.dfa.start
+        for t in key: s = self.step(s, t)
+    self._after[key] = s
+    if len(self._after) > 4096: self._after.pop(next(iter(self._after)))   # forget the oldest prefix
+    return s
 
-    def __repr__(self): return f"TokenIndex({self.dfa!r}, {self.rows_built} of {self.dfa.n_states} states indexed)"
+@patch
+def __repr__(self:TokenIndex): return f"TokenIndex({self.dfa!r}, {self.rows_built} of {self.dfa.n_states} states indexed)"
 
 # %% ../nbs/05a_constrained.ipynb #cc000043
 _TOKENIZERS = Tokenizer.__dict__.get('_instances') or weakref.WeakSet()   # every Tokenizer made since this module was imported
@@ -442,8 +454,10 @@ def _tokenizer_for(V:int) -> Tokenizer:
                                    "constraint.bind(llm.tokenizer) or call register_tokenizer(llm.tokenizer)")
     raise ValueError(f"{len(found)} different tokenizers with {V} tokens are loaded; bind the constraint to one with constraint.bind(llm.tokenizer)")
 
+# %% ../nbs/05a_constrained.ipynb #cc000043-t1
 class Constraint:
     "An output format as a regular language: `apply(logits, tokens, n_prompt)` sends every token it forbids to -inf, row by row."
+    path = 'regex'                                               # how it was compiled (chapter 05b adds 'grammar')
     def __init__(self, regex:str, kind:str='regex', source=None, tokenizer:Tokenizer|None=None):
         self.regex, self.kind, self.source, self.tokenizer = regex, kind, source, tokenizer
         t0 = time.perf_counter()
@@ -572,6 +586,7 @@ def _number_regex(s:dict, integer:bool) -> str:
         raise _Empty(f"JSON schema: no number lies within the bounds of {s}")
     return '(' + '|'.join(parts) + ')'
 
+# %% ../nbs/05a_constrained.ipynb #cc000053-t1
 _D2 = r'(0[0-9]|1[0-9]|2[0-3])'
 STRING_FORMATS = {   # what each string format admits (a subset of its standard: what a validator with a format checker accepts)
     'date': r'([1-9][0-9]{3}|0([1-9][0-9]{2}|0([1-9][0-9]|0[1-9])))-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))',  # no Feb 29
@@ -583,6 +598,7 @@ STRING_FORMATS = {   # what each string format admits (a subset of its standard:
 }
 STRING_FORMATS['date-time'] = STRING_FORMATS['date'] + 'T' + STRING_FORMATS['time']
 
+# %% ../nbs/05a_constrained.ipynb #cc000053-t2
 def _pattern_body(p:str) -> tuple[str, bool, bool]:
     "A schema `pattern` without its leading `^` and trailing `$` (a `\\$` is an escaped dollar), and whether each was there."
     if not isinstance(p, str): raise ValueError(f"JSON schema: 'pattern' must be a string, got {p!r}")
@@ -604,20 +620,63 @@ def _pattern_body(p:str) -> tuple[str, bool, bool]:
         raise ValueError(f"JSON schema: pattern {p!r} needs the character(s) {bad}, which JSON writes escaped; such patterns are not supported")
     return body, start, end
 
+# %% ../nbs/05a_constrained.ipynb #cc000053-t3
+def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
+    "A whole-string regex `text` (an anchored pattern's body, or a format) with minLength..maxLength folded in: dropped when its own widths imply them, else put into a pattern made of one repeated character class (`[a-z]+` with maxLength 8 is `[a-z]{1,8}`); a ValueError otherwise."
+    from re import _parser
+    w0, w1 = _parser.parse(text).getwidth()                      # fewest and most characters a match has
+    if w1 < lo or hi is not None and w0 > hi: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
+    if w0 >= lo and (hi is None or w1 <= hi): return text
+    m = re.fullmatch(r'(\[(?:\\.|[^\]\\])*\]|\\[dswDSW]|\.|[^\\()\[\]{}*+?|^$])(\*|\+|\{(\d+)(,(\d*))?\})', text)
+    if m:
+        a = {'*': 0, '+': 1}.get(m.group(2), int(m.group(3) or 0))
+        b = None if m.group(2) in '*+' else int(m.group(3)) if m.group(4) is None else int(m.group(5)) if m.group(5) else None
+        a, b = max(a, lo), (hi if b is None else b if hi is None else min(b, hi))
+        if b is not None and b < a: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
+        return f"{m.group(1)}{{{a},{'' if b is None else b}}}"
+    if hi is not None and w0 >= lo:                              # cap the unbounded repetitions so that no match is longer than maxLength
+        width = lambda cap: _parser.parse(_cap_repeats(text, cap)).getwidth()[1]
+        if width(0) <= hi:                                       # the largest cap that fits (a sound subset: some valid strings are lost)
+            a, b = 0, hi
+            while a < b:
+                m = (a + b + 1) // 2
+                a, b = (m, b) if width(m) <= hi else (a, m - 1)
+            return _cap_repeats(text, a)
+    raise ValueError(f"JSON schema: {what} together with minLength/maxLength is not supported (only where the {what} implies the "
+                     "lengths, is one repeated character class such as ^[a-z]+$, or fits under maxLength with its repetitions capped)")
+
+def _cap_repeats(text:str, cap:int) -> str:
+    "`text` with every unbounded repetition (`*`, `+`, `{m,}`) given at most max(m, cap) copies; escapes and character classes are left alone."
+    out, i, cls = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if c == '\\': out.append(text[i:i + 2]); i += 2; continue
+        if cls: cls = c != ']'
+        elif c == '[': cls = True; out.append(c); i += 1; out.append(text[i:i + 1] if text[i:i + 1] in (']', '^') else ''); i += len(out[-1]); continue
+        elif c in '*+': c = f"{{{int(c == '+')},{max(int(c == '+'), cap)}}}"
+        elif c == '{' and (m := re.compile(r'\{(\d+),\}').match(text, i)):
+            out.append(f"{{{m.group(1)},{max(int(m.group(1)), cap)}}}"); i = m.end(); continue
+        out.append(c); i += 1
+    return ''.join(out)
+
 def _string_regex(s:dict) -> str:
-    "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; two of these together are refused."
+    "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; a length with a format or an anchored pattern where `_fold_length` can fold it in; other pairs are refused."
     for k in ('minLength', 'maxLength'):
         if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
     lo, hi = s.get('minLength', 0), s.get('maxLength')
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: maxLength {hi} < minLength {lo}")
     fmt = s.get('format') if s.get('format') in STRING_FORMATS else None   # an unknown format is an annotation (JSON Schema 2020-12, 7.2.1)
-    given = [k for k in ('pattern', 'format') if k in s and (k != 'format' or fmt)] + (['minLength/maxLength'] if lo or hi is not None else [])
-    if len(given) > 1: raise ValueError(f"JSON schema: {' together with '.join(given)} on one string is not supported")
-    if fmt: return '"' + STRING_FORMATS[fmt] + '"'
+    given = [k for k in ('pattern', 'format') if k in s and (k != 'format' or fmt)]
+    if len(given) > 1: raise ValueError(f"JSON schema: pattern together with format on one string is not supported")
+    length = lo > 0 or hi is not None
+    if fmt: return '"' + (_fold_length(STRING_FORMATS[fmt], lo, hi, f"format {fmt}") if length else STRING_FORMATS[fmt]) + '"'
     if 'pattern' in s:
         body, start, end = _pattern_body(s['pattern'])
+        if length:
+            if not (start and end): raise ValueError("JSON schema: an unanchored pattern together with minLength/maxLength is not supported")
+            body = _fold_length(body, lo, hi, f"pattern {s['pattern']!r}")
         # a group named _json keeps the pattern to raw JSON-string characters and Python's Unicode classes (see regex_to_dfa)
         return '"' + ('' if start else STRING_CHAR + '*') + f"(?P<_json>{body})" + ('' if end else STRING_CHAR + '*') + '"'
-    if hi is not None and hi < lo: raise _Empty(f"JSON schema: maxLength {hi} < minLength {lo}")
     return '"' + STRING_CHAR + ('*' if lo == 0 and hi is None else f"{{{lo},{'' if hi is None else hi}}}") + '"'
 
 # %% ../nbs/05a_constrained.ipynb #cc000054
@@ -650,6 +709,7 @@ def _norm_schema(s:dict) -> dict:
     if isinstance(s.get('items'), list):                          # draft-04..2019-09 tuples: items [..] + additionalItems
         s['prefixItems'] = s.pop('items')
         if 'additionalItems' in s: s['items'] = s.pop('additionalItems')
+    s.pop('additionalItems', None)                                # beside a single items schema (or none) it is ignored (draft 7, 9.3.1.2)
     if s.get('uniqueItems') is False: del s['uniqueItems']
     if s.get('multipleOf') == 1 and s.get('type') == 'integer': del s['multipleOf']
     return s
@@ -663,7 +723,6 @@ def _types(s:dict) -> set[str]:
 
 _TIGHTER = {'minimum': max, 'exclusiveMinimum': max, 'minLength': max, 'minItems': max, 'minProperties': max,
             'maximum': min, 'exclusiveMaximum': min, 'maxLength': min, 'maxItems': min, 'maxProperties': min}
-
 
 # %% ../nbs/05a_constrained.ipynb #cc000054-s1
 def _merge(a:dict, b:dict) -> dict:
@@ -703,6 +762,7 @@ def _merge(a:dict, b:dict) -> dict:
         out.pop('const'); out['enum'] = keep
     return out
 
+# %% ../nbs/05a_constrained.ipynb #cc000054-s1-t1
 def _resolve(root, ref:str):
     "The schema a local `$ref` (a JSON pointer into the root schema: '#', '#/$defs/Name', '#/definitions/Name') points to."
     if not isinstance(ref, str) or not ref.startswith('#'): raise ValueError(f"JSON schema: only local $ref ('#/...') is supported, got {ref!r}")
@@ -726,7 +786,6 @@ def _disjoint(a, b) -> bool:
         vb = [pb[k]['const']] if 'const' in pb[k] else pb[k].get('enum')
         if va is not None and vb is not None and not {_jkey(x) for x in va} & {_jkey(x) for x in vb}: return True
     return False
-
 
 # %% ../nbs/05a_constrained.ipynb #cc000055
 ANY_KEY = '"' + STRING_CHAR + '*"'
@@ -756,6 +815,7 @@ def _array_regex(s:dict, rec, ws:str) -> str:
         return f"({sep}{item})" + ('*' if b is None and a == 0 else f"{{{a},{'' if b is None else b}}}")
     return r'\[' + ws + tail(0) + ws + r'\]'
 
+# %% ../nbs/05a_constrained.ipynb #cc000055-t1
 def _object_regex(s:dict, rec, ws:str) -> str:
     "An object: listed properties in the schema's order (optional ones may be left out; extras never written), or a map of any keys when none are listed."
     props, req, addl = dict(s.get('properties', {})), list(s.get('required', [])), s.get('additionalProperties', True)
@@ -774,6 +834,8 @@ def _object_regex(s:dict, rec, ws:str) -> str:
             if lo: raise _Empty("JSON schema: the object may hold no property but needs some")
             return r'\{' + ws + r'\}'
         if addl is True and lo == 0 and hi is None: return json_object_regex(ws=ws)
+        if lo > 1: raise ValueError(f"JSON schema: minProperties {lo} on an object without listed properties is not supported (a regex "
+                                    "cannot keep a map's keys distinct, and a repeated key counts once)")
         kv = ANY_KEY + ':' + ws + (json_value_regex(ws=ws) if addl is True else rec(addl))   # a map: any keys, values of one schema
         more = f"(,{ws}{kv})" + ('*' if hi is None and lo <= 1 else f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}")
         return r'\{' + ws + (f"{kv}{more}" if lo >= 1 else f"({kv}{more})?") + ws + r'\}'
@@ -909,9 +971,13 @@ def _compile_cached(kind:str, key:str, backend:str='minillm'):
     regex, source = _spec_regex(kind, json.loads(key))
     return (Constraint if backend == 'minillm' else LLGConstraint)(regex, kind, source)
 
+# %% ../nbs/05a_constrained.ipynb #cc000061-t1
+SCHEMA_PATHS = {}   # other ways to compile a JSON schema: chapter 05b adds 'grammar' (rules and a pushdown recognizer)
+
 def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|None=None, json_object:bool=False,
-                       tokenizer:Tokenizer|None=None, backend:str='minillm'):
-    "A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance."
+                       tokenizer:Tokenizer|None=None, backend:str='minillm', path:str='auto'):
+    """A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance.
+    A schema takes `path='regex'` (this chapter) or `'grammar'` (chapter 05b, once `minillm.grammars` is imported); `'auto'` takes the grammar path when it is there."""
     given = [k for k, v in dict(regex=regex, json_schema=json_schema, choice=choice).items() if v is not None] + (['json_object'] if json_object else [])
     if len(given) != 1: raise ValueError(f"give exactly one of regex, json_schema, choice or json_object=True; got {given or 'none'}")
     kind = given[0]
@@ -922,6 +988,10 @@ def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|N
         raise ValueError(f"choice must be a non-empty list of non-empty strings, got {choice!r}")
     if kind == 'json_schema' and not isinstance(json_schema, (dict, bool)):
         raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(json_schema).__name__}")
+    if path not in ('auto', 'regex', *SCHEMA_PATHS): raise ValueError(f"path must be 'auto' or one of {['regex', *SCHEMA_PATHS]}, got {path!r}")
+    if kind == 'json_schema' and backend == 'minillm' and path != 'regex' and SCHEMA_PATHS:
+        c = SCHEMA_PATHS['grammar' if path == 'auto' else path](json_schema)
+        return c.bind(tokenizer) if tokenizer is not None else c
     c = _compile_cached(kind, _key(list(choice) if kind == 'choice' else True if kind == 'json_object' else dict(regex=regex, json_schema=json_schema)[kind]), backend)
     return c.bind(tokenizer) if tokenizer is not None else c
 
@@ -930,6 +1000,7 @@ for _kind, _doc in (('regex', 'output matches this regular expression'), ('json_
                     ('choice', 'output is exactly one of these strings')):
     register_constraint(_kind, '05a', (lambda kind: lambda value: compile_constraint(**{kind: value}))(_kind), _doc)   # generate(regex=...) etc.
 
+# %% ../nbs/05a_constrained.ipynb #cc000061-t2
 def response_format_constraint(response_format) -> Constraint|None:
     "The constraint OpenAI's `response_format` asks for: None for text, any JSON object for `json_object`, the schema for `json_schema`."
     rf = response_format
@@ -975,6 +1046,7 @@ def llg_allowed(matcher, V:int) -> list[int]:
     _llguidance().numpy.fill_next_token_bitmask(matcher, bits, 0)
     return np.unpackbits(bits.view(np.uint8), bitorder='little')[:V].nonzero()[0].tolist()
 
+# %% ../nbs/05a_constrained.ipynb #cc000082-t1
 class LLGConstraint:
     "The same contract as `Constraint` (`apply(logits, tokens, n_prompt)`, a function of each row's generated tokens), masked by LLGuidance."
     def __init__(self, regex:str, kind:str='regex', source=None, tokenizer:Tokenizer|None=None, max_prefixes:int=1024):

@@ -4,21 +4,25 @@
 
 # %% ../nbs/05b_grammars.ipynb #gc000003
 from __future__ import annotations
-import functools, re, time, weakref
+import functools, json, re, time, weakref
 from dataclasses import dataclass
 import numpy as np
 import torch
+from fastcore.basics import patch
 from .weights import Tokenizer
 from .constrained import (DEAD, Constraint, TokenIndex, TokenVocab, _negate, _norm, _tokenizer_for, register_tokenizer,
                                  utf8_sequences, vocab_for)
+from .constrained import (JSON_UNSAFE, KEYWORDS, REFUSED, STRING_CHAR, SUPPORTED, TYPES, _Empty, _NFA, _disjoint, _jkey, _merge,
+                                 _minus, _nfa_size, _norm_schema, _number_regex, _resolve, _string_regex, _types, schema_to_regex, SCHEMA_PATHS)
 
 # %% auto #0
-__all__ = ['Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'GrammarIndex', 'GrammarConstraint', 'compile_grammar']
+__all__ = ['SPARSE_MAX', 'GRAMMAR_KEYWORDS', 'GRAMMAR_REFUSED', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens',
+           'GrammarIndex', 'GrammarConstraint', 'compile_grammar', 'schema_to_grammar', 'json_schema_constraint']
 
 # %% ../nbs/05b_grammars.ipynb #gc000021
 @dataclass
 class Grammar:
-    "A context-free grammar over bytes: `rules[r]` is a list of alternatives, each a list of symbols: `('b', lo, hi)` one byte in [lo, hi], or `('r', r2)` rule r2."
+    "A context-free grammar over bytes: `rules[r]` is a list of alternatives, each a list of symbols: `('b', lo, hi)` one byte in [lo, hi], `('r', r2)` rule r2, or `('n', r2, lo, hi)` rule r2 repeated lo..hi times (hi None: no bound)."
     rules: list                    # rule id -> alternatives
     names: list                    # rule id -> name (helper rules get names such as 'value#2')
     root: int = 0
@@ -26,7 +30,6 @@ class Grammar:
     def __repr__(self): return f"Grammar({len(self.rules)} rules, {sum(len(a) for a in self.rules)} alternatives, root {self.names[self.root]!r})"
 
 _ESC = {'n': 10, 'r': 13, 't': 9, '\\': 92, '"': 34, '[': 91, ']': 93, '-': 45, '/': 47, "'": 39}
-
 
 # %% ../nbs/05b_grammars.ipynb #gc000021-s1
 class _GBNFParser:
@@ -63,86 +66,96 @@ class _GBNFParser:
         h = self.s[self.i + 2:self.i + 2 + (n or 0)]
         if not n or len(h) != n or not all(x in '0123456789abcdefABCDEF' for x in h): self.err(f"unknown escape \\{e}")
         self.i += 2 + n; return int(h, 16)
-    def parse(self):
-        while True:
-            self.ws(True)
-            if self.i >= len(self.s): break
-            nm = self.name(); self.ws(False)
-            if not self.s.startswith('::=', self.i): self.err(f"expected '::=' after {nm!r}")
-            self.i += 3
-            if nm in self.defined: self.err(f"rule {nm!r} is defined twice")
-            self.defined.add(nm)
-            r = self.rule_id(nm)                                 # numbered before the helpers its body makes
-            self.rules[r] = self.alternatives(nm, False)
-            self.ws(False)
-            if self.i < len(self.s) and self.s[self.i] != '\n': self.err("expected the end of the line")
-        if (undef := [n for n, r in zip(self.names, self.rules) if r is None]): raise ValueError(f"GBNF grammar: rule(s) {undef} are used but never defined")
-        if 'root' not in self.names: raise ValueError("GBNF grammar: there is no rule named 'root' (where the output starts)")
-        return Grammar(self.rules, self.names, self.names.index('root'))
-    def alternatives(self, nm, nested):
-        alts = [self.sequence(nm, nested)]
-        while self.i < len(self.s) and self.s[self.i] == '|':
-            self.i += 1; alts.append(self.sequence(nm, nested))
-        return alts
-    def sequence(self, nm, nested):
-        seq, last = [], []
-        while True:
-            self.ws(nested)
-            if self.i < len(self.s) and self.s[self.i] == '\n' and not nested:      # a rule may continue after '|' on the next line
-                j = self.i
-                while j < len(self.s) and self.s[j] in ' \t\r\n': j += 1
-                if j < len(self.s) and self.s[j] == '|': self.i = j
-                break
-            if self.i >= len(self.s) or self.s[self.i] in '|)': break
-            c, n0 = self.s[self.i], len(seq)
-            if c == '"':
-                self.i += 1; lit = []
-                while self.i < len(self.s) and self.s[self.i] != '"': lit.append(self.char())
-                if self.i >= len(self.s): self.err("unterminated string")
-                self.i += 1
-                seq += [('b', b, b) for b in ''.join(map(chr, lit)).encode('utf-8', 'surrogatepass')]
-            elif c == '[':
-                self.i += 1; neg = self.s.startswith('^', self.i); self.i += neg; ranges = []
-                while self.i < len(self.s) and self.s[self.i] != ']':
-                    lo = self.char(); hi = lo
-                    if self.s.startswith('-', self.i) and self.s[self.i + 1:self.i + 2] not in (']', ''): self.i += 1; hi = self.char()
-                    ranges.append((lo, hi))
-                if self.i >= len(self.s): self.err("unterminated character class")
-                self.i += 1
-                seq.append(('r', self.chars(nm, _negate(ranges) if neg else _norm(ranges))))
-            elif c == '.': self.i += 1; seq.append(('r', self.chars(nm, _negate([]))))
-            elif c == '(':
-                self.i += 1; alts = self.alternatives(nm, True); self.ws(True)
-                if not self.s.startswith(')', self.i): self.err("expected ')'")
-                self.i += 1; seq.append(('r', self.new_rule(nm, alts)))
-            elif re.match(r'[A-Za-z0-9_-]', c): seq.append(('r', self.rule_id(self.name())))
-            elif c in '*+?{':
-                if not last: self.err(f"'{c}' follows nothing")
-                item = last[0] if len(last) == 1 else ('r', self.new_rule(nm, [last]))   # a literal repeats as a whole
-                del seq[len(seq) - len(last):]
-                seq += self.repeat(nm, item); last = []; continue
-            else: self.err(f"unexpected character {c!r}")
-            last = seq[n0:]
-        return seq
-    def chars(self, nm, ranges):                                 # a set of code points -> a rule over UTF-8 byte sequences
-        if not ranges: self.err("empty character class")
-        return self.new_rule(nm, [[('b', a, b) for a, b in seq] for lo, hi in ranges for seq in utf8_sequences(lo, hi)])
-    def repeat(self, nm, item):
-        c = self.s[self.i]; self.i += 1
-        if c == '{':
-            m = re.compile(r'\s*(\d+)\s*(,\s*(\d*)\s*)?\}').match(self.s, self.i)
-            if not m: self.err("expected {m}, {m,} or {m,n}")
-            self.i = m.end(); lo = int(m.group(1)); hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
-            if hi is not None and hi < lo: self.err(f"repetition {{{lo},{hi}}} has max < min")
-        else: lo, hi = {'*': (0, None), '+': (1, None), '?': (0, 1)}[c]
-        if hi is None:                                           # x{lo,}: lo copies, then R ::= x R | (empty)
-            r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item, ('r', r)], []]
-            return [item] * lo + [('r', r)]
-        tail = None                                              # x{lo,hi}: lo copies, then hi-lo nested optionals
-        for _ in range(hi - lo):
-            r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item] + ([('r', tail)] if tail is not None else []), []]; tail = r
-        return [item] * lo + ([('r', tail)] if tail is not None else [])
 
+# %% ../nbs/05b_grammars.ipynb #gc000021-p1
+@patch
+def parse(self:_GBNFParser):
+    while True:
+        self.ws(True)
+        if self.i >= len(self.s): break
+        nm = self.name(); self.ws(False)
+        if not self.s.startswith('::=', self.i): self.err(f"expected '::=' after {nm!r}")
+        self.i += 3
+        if nm in self.defined: self.err(f"rule {nm!r} is defined twice")
+        self.defined.add(nm)
+        r = self.rule_id(nm)                                 # numbered before the helpers its body makes
+        self.rules[r] = self.alternatives(nm, False)
+        self.ws(False)
+        if self.i < len(self.s) and self.s[self.i] != '\n': self.err("expected the end of the line")
+    if (undef := [n for n, r in zip(self.names, self.rules) if r is None]): raise ValueError(f"GBNF grammar: rule(s) {undef} are used but never defined")
+    if 'root' not in self.names: raise ValueError("GBNF grammar: there is no rule named 'root' (where the output starts)")
+    return Grammar(self.rules, self.names, self.names.index('root'))
+@patch
+def alternatives(self:_GBNFParser, nm, nested):
+    alts = [self.sequence(nm, nested)]
+    while self.i < len(self.s) and self.s[self.i] == '|':
+        self.i += 1; alts.append(self.sequence(nm, nested))
+    return alts
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-p2
+@patch
+def sequence(self:_GBNFParser, nm, nested):
+    seq, last = [], []
+    while True:
+        self.ws(nested)
+        if self.i < len(self.s) and self.s[self.i] == '\n' and not nested:      # a rule may continue after '|' on the next line
+            j = self.i
+            while j < len(self.s) and self.s[j] in ' \t\r\n': j += 1
+            if j < len(self.s) and self.s[j] == '|': self.i = j
+            break
+        if self.i >= len(self.s) or self.s[self.i] in '|)': break
+        c, n0 = self.s[self.i], len(seq)
+        if c == '"':
+            self.i += 1; lit = []
+            while self.i < len(self.s) and self.s[self.i] != '"': lit.append(self.char())
+            if self.i >= len(self.s): self.err("unterminated string")
+            self.i += 1
+            seq += [('b', b, b) for b in ''.join(map(chr, lit)).encode('utf-8', 'surrogatepass')]
+        elif c == '[':
+            self.i += 1; neg = self.s.startswith('^', self.i); self.i += neg; ranges = []
+            while self.i < len(self.s) and self.s[self.i] != ']':
+                lo = self.char(); hi = lo
+                if self.s.startswith('-', self.i) and self.s[self.i + 1:self.i + 2] not in (']', ''): self.i += 1; hi = self.char()
+                ranges.append((lo, hi))
+            if self.i >= len(self.s): self.err("unterminated character class")
+            self.i += 1
+            seq.append(('r', self.chars(nm, _negate(ranges) if neg else _norm(ranges))))
+        elif c == '.': self.i += 1; seq.append(('r', self.chars(nm, _negate([]))))
+        elif c == '(':
+            self.i += 1; alts = self.alternatives(nm, True); self.ws(True)
+            if not self.s.startswith(')', self.i): self.err("expected ')'")
+            self.i += 1; seq.append(('r', self.new_rule(nm, alts)))
+        elif re.match(r'[A-Za-z0-9_-]', c): seq.append(('r', self.rule_id(self.name())))
+        elif c in '*+?{':
+            if not last: self.err(f"'{c}' follows nothing")
+            item = last[0] if len(last) == 1 else ('r', self.new_rule(nm, [last]))   # a literal repeats as a whole
+            del seq[len(seq) - len(last):]
+            seq += self.repeat(nm, item); last = []; continue
+        else: self.err(f"unexpected character {c!r}")
+        last = seq[n0:]
+    return seq
+
+# %% ../nbs/05b_grammars.ipynb #gc000021-p3
+@patch
+def chars(self:_GBNFParser, nm, ranges):                                 # a set of code points -> a rule over UTF-8 byte sequences
+    if not ranges: self.err("empty character class")
+    return self.new_rule(nm, [[('b', a, b) for a, b in seq] for lo, hi in ranges for seq in utf8_sequences(lo, hi)])
+@patch
+def repeat(self:_GBNFParser, nm, item):
+    c = self.s[self.i]; self.i += 1
+    if c == '{':
+        m = re.compile(r'\s*(\d+)\s*(,\s*(\d*)\s*)?\}').match(self.s, self.i)
+        if not m: self.err("expected {m}, {m,} or {m,n}")
+        self.i = m.end(); lo = int(m.group(1)); hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+        if hi is not None and hi < lo: self.err(f"repetition {{{lo},{hi}}} has max < min")
+    else: lo, hi = {'*': (0, None), '+': (1, None), '?': (0, 1)}[c]
+    if c == '{' or hi is None and lo > 1:                    # x{lo,hi}: one counted position (see GrammarAutomaton), not hi copies
+        return [('n', item[1] if item[0] == 'r' else self.new_rule(nm, [[item]]), lo, hi)]
+    if hi is None:                                           # x* and x+: R ::= x R | (empty)
+        r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item, ('r', r)], []]
+        return [item] * lo + [('r', r)]
+    r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item], []]   # x?
+    return [('r', r)]
 
 # %% ../nbs/05b_grammars.ipynb #gc000021-s2
 def parse_gbnf(text:str) -> Grammar:
@@ -152,25 +165,24 @@ def parse_gbnf(text:str) -> Grammar:
 
 
 # %% ../nbs/05b_grammars.ipynb #gc000031
-_END, _TERM, _REF = 0, 1, 2
+_END, _TERM, _REF, _REP = 0, 1, 2, 3
+
+def _fixpoint(g:Grammar, holds) -> list[bool]:
+    "The least set of rules closed under `holds(alt, known)` (some alternative holds given what is known): nullable and productive rules both are this."
+    known, changed = [False] * len(g.rules), True
+    while changed:
+        changed = False
+        for r, alts in enumerate(g.rules):
+            if not known[r] and any(holds(alt, known) for alt in alts): known[r] = changed = True
+    return known
 
 def _check_grammar(g:Grammar):
     "Refuse what a top-down recognizer cannot run: left recursion (a rule reaching itself before reading a byte) and rules that derive no finite text."
     n = len(g.rules)
-    nullable = [False] * n
-    changed = True
-    while changed:                                               # a rule is nullable if some alternative is all nullable rules
-        changed = False
-        for r, alts in enumerate(g.rules):
-            if not nullable[r] and any(all(s[0] == 'r' and nullable[s[1]] for s in alt) for alt in alts):
-                nullable[r] = changed = True
-    productive = [False] * n
-    changed = True
-    while changed:                                               # a rule is productive if some alternative uses only productive rules
-        changed = False
-        for r, alts in enumerate(g.rules):
-            if not productive[r] and any(all(s[0] == 'b' or productive[s[1]] for s in alt) for alt in alts):
-                productive[r] = changed = True
+    # a symbol is ('b', lo, hi) one byte, ('r', r) a rule, or ('n', r, lo, hi) rule r repeated lo..hi times (hi None: no bound)
+    skip = lambda s, known: s[0] == 'r' and known[s[1]] or s[0] == 'n' and (s[2] == 0 or known[s[1]])
+    nullable = _fixpoint(g, lambda alt, known: all(skip(s, known) for s in alt))
+    productive = _fixpoint(g, lambda alt, known: all(s[0] == 'b' or s[0] == 'n' and s[2] == 0 or known[s[1]] for s in alt))
     if (bad := [g.names[r] for r in range(n) if not productive[r]]):
         raise ValueError(f"GBNF grammar: rule(s) {bad} can never finish (every alternative needs itself again)")
     left = [set() for _ in range(n)]                             # r -> rules that can start r without a byte read before them
@@ -179,7 +191,7 @@ def _check_grammar(g:Grammar):
             for s in alt:
                 if s[0] == 'b': break
                 left[r].add(s[1])
-                if not nullable[s[1]]: break
+                if not skip(s, nullable): break
     for r in range(n):                                           # left recursion: r reaches itself through left corners
         seen, todo = set(), list(left[r])
         while todo:
@@ -189,29 +201,31 @@ def _check_grammar(g:Grammar):
             if x not in seen: seen.add(x); todo += left[x]
     return nullable
 
-
 # %% ../nbs/05b_grammars.ipynb #gc000031-s1
 class GrammarAutomaton:
     """A pushdown recognizer over bytes run as a lazily built DFA. A state is a set of stacks; a stack is a tuple of positions in the
     grammar's alternatives (the innermost last), each stack's top pointing at a byte range to read next; the empty stack means the root
-    is complete. States are numbered the first time they are met and each one's 256 transitions are computed once, so it has the
+    is complete. A counted repetition `x{m,n}` is one position whose stack entry also carries how many copies are done
+    (entry `p + N*c`), so `maxLength: 32767` is a counter, not 32767 positions. States are numbered the first time they are met and each one's 256 transitions are computed once, so it has the
     interface chapter 05a's `TokenIndex` walks: `start`, `accept[s]`, `walk`, and rows of next states."""
     def __init__(self, grammar:Grammar, max_states:int=200_000):
         _check_grammar(grammar)
         self.grammar, self.max_states, self.pattern = grammar, max_states, f"grammar {grammar.names[grammar.root]}"
-        kind, a1, a2, self.alts = [], [], [], []
+        kind, a1, a2, a3, self.alts = [], [], [], [], []
         for alts in grammar.rules:                                 # flatten every alternative into one array of positions
             starts = []
             for alt in alts:
                 starts.append(len(kind))
                 for s in alt:
-                    if s[0] == 'b': kind.append(_TERM); a1.append(s[1]); a2.append(s[2])
-                    else: kind.append(_REF); a1.append(s[1]); a2.append(0)
-                kind.append(_END); a1.append(0); a2.append(0)
+                    if s[0] == 'b': kind.append(_TERM); a1.append(s[1]); a2.append(s[2]); a3.append(0)
+                    elif s[0] == 'r': kind.append(_REF); a1.append(s[1]); a2.append(0); a3.append(0)
+                    else: kind.append(_REP); a1.append(s[1]); a2.append(s[2]); a3.append(-1 if s[3] is None else s[3])
+                kind.append(_END); a1.append(0); a2.append(0); a3.append(0)
             self.alts.append(starts)
-        self.kind, self.a1, self.a2 = kind, a1, a2
+        self.kind, self.a1, self.a2, self.a3, self.N = kind, a1, a2, a3, len(kind)
         self.sets, self.ids, self.accept, self._exp = [], {}, [], {}
         self.table = np.full((64, 256), -2, np.int32)             # -2: not computed yet; DEAD (-1): no way on
+        self.table[-1] = DEAD                                     # the last row stays all DEAD: table[DEAD] reads it (see walk_tokens)
         self.start = self._intern(frozenset(st for a in self.alts[grammar.root] for st in self._expand((a,))))
 
     @property
@@ -226,9 +240,16 @@ class GrammarAutomaton:
             if st in seen: continue
             seen.add(st)
             if not st: out.append(st); continue
-            p = st[-1]; k = self.kind[p]
+            p, c = st[-1] % self.N, st[-1] // self.N              # a position, and the count of a repetition that sits there
+            k = self.kind[p]
             if k == _TERM: out.append(st)
             elif k == _END: todo.append(st[:-1])                   # this alternative is done: return to the caller
+            elif k == _REP:                                       # rule a1[p] repeated a2[p]..a3[p] times: c done so far
+                lo, hi = self.a2[p], self.a3[p]
+                if hi < 0 or c < hi:                              # one more: return here with c + 1 (no bound: the count stops at lo)
+                    base = st[:-1] + (p + self.N * (c + 1 if hi >= 0 else min(c + 1, lo)),)
+                    todo += [base + (a,) for a in self.alts[self.a1[p]]]
+                if c >= lo: todo.append(st[:-1] + ((p + 1,) if self.kind[p + 1] != _END else ()))   # enough: go on after it
             else:
                 ret = p + 1                                       # where the caller goes on; dropped when that is its end (a tail call)
                 base = st[:-1] + ((ret,) if self.kind[ret] != _END else ())
@@ -236,61 +257,97 @@ class GrammarAutomaton:
         self._exp[stack] = out = tuple(sorted(set(out)))
         return out
 
-    def _intern(self, stacks:frozenset) -> int:
-        if not stacks: return DEAD
-        s = self.ids.get(stacks)
-        if s is None:
-            if len(self.sets) >= self.max_states: raise ValueError(f"the grammar recognizer met more than {self.max_states:,} states")
-            s = self.ids[stacks] = len(self.sets)
-            self.sets.append(stacks); self.accept.append(() in stacks)
-            if s >= len(self.table): self.table = np.concatenate([self.table, np.full_like(self.table, -2)])
-        return s
+# %% ../nbs/05b_grammars.ipynb #gc000031-s1-m1
+@patch
+def _intern(self:GrammarAutomaton, stacks:frozenset) -> int:
+    if not stacks: return DEAD
+    s = self.ids.get(stacks)
+    if s is None:
+        if len(self.sets) >= self.max_states: raise ValueError(f"the grammar recognizer met more than {self.max_states:,} states")
+        s = self.ids[stacks] = len(self.sets)
+        self.sets.append(stacks); self.accept.append(() in stacks)
+        if s >= len(self.table) - 1:                          # grow, keeping the last row all DEAD
+            self.table = np.concatenate([self.table[:-1], np.full_like(self.table, -2), self.table[-1:]])
+    return s
 
-    def row(self, s:int) -> np.ndarray:
-        "The next state after each of the 256 bytes from state `s` (DEAD where the byte is not allowed), computed on first use."
-        if self.table[s, 0] == -2:
-            nxt = {}
-            for st in self.sets[s]:
-                if not st: continue
-                p = st[-1]
-                adv = self._expand(st[:-1] + (p + 1,))            # read the byte range at the top, then go on
-                for b in range(self.a1[p], self.a2[p] + 1): nxt.setdefault(b, set()).update(adv)
-            row = np.full(256, DEAD, np.int32)
-            for b, ss in nxt.items(): row[b] = self._intern(frozenset(ss))
-            self.table[s] = row
-        return self.table[s]
+@patch
+def row(self:GrammarAutomaton, s:int) -> np.ndarray:
+    "The next state after each of the 256 bytes from state `s` (DEAD where the byte is not allowed), computed on first use."
+    if self.table[s, 0] == -2:
+        nxt = {}
+        for st in self.sets[s]:
+            if not st: continue
+            p = st[-1]
+            adv = self._expand(st[:-1] + (p + 1,))            # read the byte range at the top, then go on
+            for b in range(self.a1[p], self.a2[p] + 1): nxt.setdefault(b, set()).update(adv)
+        row = np.full(256, DEAD, np.int32)
+        for b, ss in nxt.items(): row[b] = self._intern(frozenset(ss))
+        self.table[s] = row
+    return self.table[s]
 
-    def walk(self, state:int, data:bytes) -> int:
-        "The state after reading `data` from `state` (DEAD once no continuation can match)."
-        for b in data:
-            if state == DEAD: break
-            state = int(self.row(state)[b])
-        return state
+@patch
+def walk(self:GrammarAutomaton, state:int, data:bytes) -> int:
+    "The state after reading `data` from `state` (DEAD once no continuation can match)."
+    for b in data:
+        if state == DEAD: break
+        state = int(self.row(state)[b])
+    return state
 
-    def fullmatch(self, text:str|bytes) -> bool:
-        "True when the whole of `text` is in the grammar's language."
-        s = self.walk(self.start, text.encode() if isinstance(text, str) else text)
-        return s != DEAD and self.accept[s]
+@patch
+def fullmatch(self:GrammarAutomaton, text:str|bytes) -> bool:
+    "True when the whole of `text` is in the grammar's language."
+    s = self.walk(self.start, text.encode() if isinstance(text, str) else text)
+    return s != DEAD and self.accept[s]
 
-    def __repr__(self): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
-
+@patch
+def __repr__(self:GrammarAutomaton): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
 
 # %% ../nbs/05b_grammars.ipynb #gc000041
-def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states) -> np.ndarray:
-    "End state of every token `(len(states), V)` read from each of `states`: 05a's level-by-level pass over the trie, computing missing rows as it meets them."
-    states = np.atleast_1d(np.asarray(states, dtype=np.int64))
-    at = np.empty((len(states), vocab.n_nodes), np.int32)
-    at[:, 0] = states
-    for d in range(len(vocab.levels) - 1):
-        lo, hi = vocab.levels[d], vocab.levels[d + 1]
-        par = at[:, vocab.parent[lo:hi]]
-        for s in np.unique(par):
-            if s >= 0: pda.row(int(s))                            # new states get their rows here (a few per level)
-        at[:, lo:hi] = np.where(par >= 0, pda.table[np.maximum(par, 0), vocab.byte[lo:hi]], DEAD)
-    end = at[:, vocab.node_of]
-    end[:, ~vocab.has_bytes] = DEAD
-    return end
+_CHILDREN = weakref.WeakKeyDictionary()
+def _children(vocab:TokenVocab):
+    "The trie's children as ranges: node p's children are `kids[first[p]:first[p] + count[p]]` (made once per vocabulary)."
+    if vocab not in _CHILDREN:
+        kids = np.argsort(vocab.parent[1:], kind='stable') + 1              # every node but the root, grouped by parent
+        count = np.bincount(vocab.parent[1:], minlength=vocab.n_nodes)
+        first = np.concatenate([[0], np.cumsum(count)[:-1]])
+        _CHILDREN[vocab] = kids, first, count
+    return _CHILDREN[vocab]
 
+SPARSE_MAX = 2048    # walk_tokens follows single live trie nodes while a level has at most this many, then whole levels
+
+def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states) -> np.ndarray:
+    """End state of every token `(len(states), V)` read from each of `states`. 05a walks every trie node level by level; here the
+    walk first follows only the children of live nodes (outside a string most of the trie dies at the first byte) and switches to
+    05a's whole-level pass once a level has more than `SPARSE_MAX` live nodes (inside a string almost every token lives). States met
+    for the first time get their rows computed on the way; `table[DEAD]` is the recognizer's all-DEAD last row."""
+    kids, first, count = _children(vocab)
+    states = np.atleast_1d(np.asarray(states, dtype=np.int64))
+    out = np.empty((len(states), vocab.V), np.int32)
+    def fill(st):                                                  # compute rows of states met for the first time
+        st = st[st >= 0]
+        if (new := st[pda.table[st, 0] == -2]).size:
+            for u in np.unique(new): pda.row(int(u))
+    for k, s in enumerate(states):
+        at = np.full(vocab.n_nodes, DEAD, np.int32); at[0] = s
+        nodes, st, depth = np.array([0]), np.array([s], np.int32), 0
+        while 0 < len(nodes) <= SPARSE_MAX:                        # sparse: live nodes and their children only
+            fill(st)
+            n = count[nodes]
+            child = kids[np.repeat(first[nodes] - np.cumsum(n) + n, n) + np.arange(n.sum())]
+            st = pda.table[np.repeat(st, n), vocab.byte[child]]
+            nodes, st, depth = child[st >= 0], st[st >= 0], depth + 1
+            at[nodes] = st
+        if len(nodes):                                             # dense: whole levels from depth + 1 on
+            for d in range(depth, len(vocab.levels) - 1):
+                lo, hi = vocab.levels[d], vocab.levels[d + 1]
+                par = at[vocab.parent[lo:hi]]
+                fill(par)
+                at[lo:hi] = pda.table[par, vocab.byte[lo:hi]]
+        out[k] = at[vocab.node_of]
+    out[:, ~vocab.has_bytes] = DEAD
+    return out
+
+# %% ../nbs/05b_grammars.ipynb #gc000041-t1
 class GrammarIndex(TokenIndex):
     "05a's `TokenIndex` over a `GrammarAutomaton`: the same rows, masks and prefix cache; rows come from the lazy trie walk."
     def _add(self, states):
@@ -305,11 +362,13 @@ class GrammarIndex(TokenIndex):
             self.rows_built += len(part)
 
 class GrammarConstraint(Constraint):
-    "A GBNF grammar as a constraint: the contract of 05a's `Constraint` (`apply(logits, tokens, n_prompt)`), recognized by a `GrammarAutomaton`."
-    def __init__(self, grammar:str, kind:str='grammar', source=None, tokenizer:Tokenizer|None=None):
-        self.regex, self.kind, self.source, self.tokenizer = grammar, kind, source if source is not None else grammar, tokenizer
+    "A GBNF grammar (or a `Grammar` built by `schema_to_grammar`) as a constraint: the contract of 05a's `Constraint` (`apply(logits, tokens, n_prompt)`), recognized by a `GrammarAutomaton`."
+    path = 'grammar'
+    def __init__(self, grammar:str|Grammar, kind:str='grammar', source=None, tokenizer:Tokenizer|None=None):
+        text = grammar if isinstance(grammar, str) else f"{kind}:{json.dumps(source, sort_keys=True)}"   # what equality and hashing use
+        self.regex, self.kind, self.source, self.tokenizer = text, kind, source if source is not None else grammar, tokenizer
         t0 = time.perf_counter()
-        self.dfa = GrammarAutomaton(parse_gbnf(grammar))
+        self.dfa = GrammarAutomaton(parse_gbnf(grammar) if isinstance(grammar, str) else grammar)
         self.compile_time = time.perf_counter() - t0
         self._index = weakref.WeakKeyDictionary()
 
@@ -335,3 +394,366 @@ def compile_grammar(grammar:str) -> GrammarConstraint:
 # %% ../nbs/05b_grammars.ipynb #gc000045
 from .sampling import register_constraint
 register_constraint('grammar', '05b', compile_grammar, "a GBNF grammar (llama.cpp's format): the output must be a sentence of it")
+
+# %% ../nbs/05b_grammars.ipynb #gs000010
+class _RuleBuilder:
+    "Grammar rules made one at a time: literals, character sets (one rule per distinct set), regular expressions (one rule per distinct text)."
+    def __init__(self):
+        self.rules, self.names, self._sets, self._rx, self._taken = [], [], {}, {}, {}
+    def rule(self, name:str, alts=None) -> int:
+        "A new rule (its alternatives may come later); a name already taken gets a number, as GBNF helper rules do."
+        self.names.append(name if name not in self._taken else f"{name}#{self._taken[name]}"); self._taken[name] = self._taken.get(name, 0) + 1
+        self.rules.append(alts); return len(self.rules) - 1
+    def ref(self, name:str, alts) -> tuple:
+        "One symbol for `alts`: the symbol itself when there is one alternative of one symbol, else a new rule."
+        return alts[0][0] if len(alts) == 1 and len(alts[0]) == 1 else ('r', self.rule(name, alts))
+    @staticmethod
+    def lit(text:str) -> list: return [('b', b, b) for b in text.encode()]
+    def chars(self, ranges) -> tuple:
+        "A symbol for one code point in `ranges`, as UTF-8 byte sequences."
+        key = tuple(_norm(ranges))
+        if not key: raise ValueError("a character class that admits no character")
+        if len(key) == 1 and key[0][0] == key[0][1] < 0x80: return ('b', key[0][0], key[0][0])
+        if key not in self._sets:
+            self._sets[key] = self.rule(f"chars#{len(self._sets)}", [[('b', a, b) for a, b in seq] for lo, hi in key for seq in utf8_sequences(lo, hi)])
+        return ('r', self._sets[key])
+    def regex(self, pattern:str, name:str='regex') -> tuple:
+        "A symbol for the strings of `pattern` (05a's regex dialect; inside a `(?P<_json>...)` group only raw JSON-string characters and Python's Unicode classes, as in `regex_to_dfa`). Counted repetitions become counters."
+        if pattern not in self._rx:
+            from re import _parser
+            n = iter(range(1 << 30))
+            tree = _parser.parse(re.sub(r'\(\?P<_json\d*>', lambda m: f"(?P<_json{next(n)}>", pattern))
+            nfa = _NFA(i for k, i in tree.state.groupdict.items() if k.startswith('_json'))   # only for its classes (_set)
+            self._rx[pattern] = self.ref(name, [self._seq(list(tree), nfa, pattern, name)])
+        return self._rx[pattern]
+    def _seq(self, items, nfa, pattern, name) -> list:
+        from re import _constants as C
+        out = []
+        for op, av in items:
+            if op is C.LITERAL: rs = [(av, av)]
+            elif op is C.NOT_LITERAL: rs = _negate([(av, av)])
+            elif op is C.ANY: rs = _negate([(10, 10)])
+            elif op is C.IN: rs = nfa._set(av, pattern)
+            elif op is C.SUBPATTERN:
+                outer = nfa.safe; nfa.safe = outer or av[0] in nfa.safe_groups
+                out += self._seq(av[3], nfa, pattern, name); nfa.safe = outer; continue
+            elif op is C.BRANCH:
+                out.append(self.ref(name, [self._seq(a, nfa, pattern, name) for a in av[1]])); continue
+            elif op in (C.MAX_REPEAT, C.MIN_REPEAT):
+                lo, hi, sub = av
+                body = self._seq(sub, nfa, pattern, name)
+                if (lo, hi) == (0, 1): out.append(('r', self.rule(name, [body, []])))
+                else: out.append(('n', body[0][1] if len(body) == 1 and body[0][0] == 'r' else self.rule(name, [body]),
+                                  lo, None if hi is C.MAXREPEAT else hi))
+                continue
+            else: raise ValueError(f"regex {pattern!r}: {str(op).lower()} is not supported")
+            out.append(self.chars(_minus(rs, JSON_UNSAFE) if nfa.safe else rs))
+        return out
+
+# %% ../nbs/05b_grammars.ipynb #gs000011
+GRAMMAR_KEYWORDS = {'patternProperties', 'propertyNames'}          # constraining keywords the grammar path adds to 05a's SUPPORTED
+GRAMMAR_REFUSED = REFUSED - GRAMMAR_KEYWORDS                      # not, if/then/else, contains, dependencies, unevaluated*, ...
+
+def _constraining(s:dict) -> dict:
+    "The keywords of `s` that constrain a value (annotations and unknown vendor keywords dropped, as JSON Schema says to ignore them)."
+    return {k: v for k, v in s.items() if k in SUPPORTED | REFUSED}
+
+def _json_type(v) -> str:
+    "The JSON type name of a Python value read from JSON (an integral float such as 1.0 is an integer, as JSON Schema counts it)."
+    if v is None: return 'null'
+    if isinstance(v, bool): return 'boolean'
+    if isinstance(v, int) or isinstance(v, float) and v.is_integer(): return 'integer'
+    return {float: 'number', str: 'string', list: 'array', dict: 'object'}[type(v)]
+
+# %% ../nbs/05b_grammars.ipynb #gs000011-t1
+class _SchemaGrammar:
+    "JSON Schema -> grammar rules: one rule per distinct subschema and per `$ref` target (so recursion is a rule that uses itself)."
+    def __init__(self, root, ws:str=' '):
+        self.root, self.b, self.memo, self.refs = root, _RuleBuilder(), {}, {}
+        self.ws = ('r', self.b.rule('ws', [self.b.lit(ws), []])) if ws else None
+        self.any = None
+
+    def sym(self, schema, refs:tuple=()) -> tuple:
+        "A symbol for the JSON texts valid under `schema` (rules made once per distinct subschema)."
+        key = (_jkey(schema), refs)
+        if key not in self.memo:
+            r = self.memo[key] = self.b.rule('value' if len(self.memo) == 0 else f"s{len(self.memo)}")
+            try: self.b.rules[r] = self.alts(schema, refs)
+            except ValueError: del self.memo[key]; self.b.rules[r] = []; raise
+        return ('r', self.memo[key])
+
+    def ref(self, ref:str) -> tuple:
+        "The rule of a `$ref` target, made once: a recursive schema is a rule that uses itself."
+        if ref not in self.refs:
+            r = self.refs[ref] = self.b.rule(ref.split('/')[-1] or 'root')
+            try: self.b.rules[r] = self.alts(_resolve(self.root, ref))
+            except ValueError: del self.refs[ref]; self.b.rules[r] = []; raise
+        return ('r', self.refs[ref])
+
+    def _w(self): return [self.ws] if self.ws else []
+
+    def any_value(self) -> tuple:
+        "Every JSON value (nesting without limit: what a regular expression cannot say)."
+        if self.any is None:
+            b, w = self.b, self._w()
+            v = self.any = ('r', b.rule('any'))
+            s, num = b.regex('"' + STRING_CHAR + '*"', 'string'), b.regex(r'-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,6})?', 'number')
+            kv = [s] + b.lit(':') + w + [v]
+            obj = b.lit('{') + w + [('r', b.rule('object', [kv + [('n', b.rule('object', [b.lit(',') + w + kv]), 0, None)], []]))] + w + b.lit('}')
+            arr = b.lit('[') + w + [('r', b.rule('array', [[v, ('n', b.rule('array', [b.lit(',') + w + [v]]), 0, None)], []]))] + w + b.lit(']')
+            b.rules[v[1]] = [obj, arr, [s], [num], b.lit('true'), b.lit('false'), b.lit('null')]
+        return self.any
+
+# %% ../nbs/05b_grammars.ipynb #gs000011-m1
+@patch
+def alts(self:_SchemaGrammar, schema, refs:tuple=()) -> list:
+    "The alternatives (lists of symbols) of `schema`; a keyword it cannot enforce raises a ValueError naming it."
+    if len(refs) > 32: raise ValueError("JSON schema: $ref with sibling keywords nests deeper than 32 levels")
+    if schema is True or schema == {}: return [[self.any_value()]]
+    if schema is False: raise _Empty("JSON schema: the schema false admits no value")
+    if not isinstance(schema, dict): raise ValueError(f"JSON schema must be a dict (or a boolean), got {type(schema).__name__}")
+    s = _norm_schema(schema)
+    s = _constraining(s)
+    if not s: return [[self.any_value()]]
+    if '$ref' in s:
+        ref = s.pop('$ref')
+        if not s: return [[self.ref(ref)]]                    # a plain reference: the target's rule (recursion allowed)
+        if ref in refs: raise ValueError(f"JSON schema: $ref {ref!r} is recursive and has sibling keywords; only a plain recursive $ref is supported")
+        return self.alts({'allOf': [s, _resolve(self.root, ref)]}, refs + (ref,))
+    if 'allOf' in s:
+        subs = s.pop('allOf')
+        if not isinstance(subs, list) or not subs: raise ValueError("JSON schema: 'allOf' must be a non-empty list of schemas")
+        for sub in subs:
+            while isinstance(sub, dict) and '$ref' in sub:       # resolve references before merging
+                sub = dict(sub); r = sub.pop('$ref')
+                if r in refs: raise ValueError(f"JSON schema: $ref {r!r} is recursive inside allOf; only a plain recursive $ref is supported")
+                refs, t = refs + (r,), _resolve(self.root, r)
+                sub = t if not _constraining(sub) else {**sub, 'allOf': sub.get('allOf', []) + [t]}
+            if sub is False: raise _Empty("JSON schema: allOf holds false")
+            if sub is True: continue
+            if not isinstance(sub, dict): raise ValueError(f"JSON schema: allOf entries must be schemas, got {sub!r}")
+            s = _merge(s, sub)
+        return self.alts(s, refs)
+    for comb in ('anyOf', 'oneOf'):
+        if comb in s: return self._either(s, comb, refs)
+    bad = sorted(k for k in s if k in GRAMMAR_REFUSED or k == 'multipleOf' and s[k])
+    if s.get('uniqueItems') and s.get('maxItems', 2) > 1: bad.append('uniqueItems')
+    if bad: raise ValueError(f"JSON schema feature(s) not supported: {', '.join(bad)} (a grammar cannot check them; "
+                             f"supported: {', '.join(sorted((SUPPORTED | GRAMMAR_KEYWORDS) - {'uniqueItems', 'multipleOf'}))})")
+    if 'enum' in s or 'const' in s: return self.enum(s)
+    ts = _types(s)
+    if 'type' not in s:                                        # no type: only the types whose keywords appear (a sound narrowing)
+        named = {t for t in ('string', 'number', 'array', 'object') if any(k in s for k in KEYWORDS[t] | (GRAMMAR_KEYWORDS if t == 'object' else set()))}
+        if named: ts = named
+    if 'number' in ts: ts.discard('integer')
+    out = []
+    for t in sorted(ts, key=TYPES.index):
+        try:
+            if t == 'string': out.append([self.b.regex(_string_regex(s), 'string')])
+            elif t in ('integer', 'number'): out.append([self.b.regex(_number_regex(s, t == 'integer'), t)])
+            elif t in ('boolean', 'null'): out += [self.b.lit(x) for x in (('true', 'false') if t == 'boolean' else ('null',))]
+            elif t == 'array': out.append(self.array(s))
+            else: out.append(self.object(s))
+        except _Empty:
+            if len(ts) == 1: raise
+    if not out: raise _Empty(f"JSON schema: no value satisfies {s}")
+    return out
+
+# %% ../nbs/05b_grammars.ipynb #gs000011-m1b
+@patch
+def _either(self:_SchemaGrammar, s:dict, comb:str, refs:tuple) -> list:
+    "anyOf/oneOf: one alternative per branch, each branch AND-ed with the sibling keywords; a branch no value satisfies drops out. oneOf is accepted only when its branches are disjoint (then it is an anyOf)."
+    subs = s.pop(comb)
+    if not isinstance(subs, list) or not subs: raise ValueError(f"JSON schema: '{comb}' must be a non-empty list of schemas")
+    res = lambda x: _resolve(self.root, x['$ref']) if isinstance(x, dict) and '$ref' in x else x
+    if comb == 'oneOf' and len(subs) > 1 and not all(_disjoint(res(a), res(b)) for i, a in enumerate(subs) for b in subs[i + 1:]):
+        raise ValueError("JSON schema feature not supported: 'oneOf' whose branches may overlap (only branches of different "
+                         "types, or with a required property whose const/enum values differ, are exact as an anyOf)")
+    out = []
+    for sub in subs:                                   # each branch AND its siblings; a branch no value satisfies drops out
+        try: out.append([self.sym(sub if not s else s if sub is True else {'allOf': [s, sub]}, refs)])
+        except _Empty: pass
+    if not out: raise _Empty(f"JSON schema: no branch of {comb} can hold")
+    return out
+
+# %% ../nbs/05b_grammars.ipynb #gs000011-m2
+@patch
+def enum(self:_SchemaGrammar, s:dict) -> list:
+    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema`), each a literal."
+    vals = [s['const']] if 'const' in s else s['enum']
+    if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
+    if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
+    rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
+    if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
+    elif rest:
+        import jsonschema
+        check = {**rest, **{k: self.root[k] for k in ('$defs', 'definitions') if isinstance(self.root, dict) and k in self.root}}
+        vals = [v for v in vals if jsonschema.Draft202012Validator(check).is_valid(v)]
+    if not vals: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
+    return [self.b.lit(t) for t in dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in vals)]
+
+# %% ../nbs/05b_grammars.ipynb #gs000012
+def _count(s:dict, lo_k:str, hi_k:str) -> tuple[int, int|None]:
+    "A schema's (min, max) count keywords, checked: integers >= 0 (max None when absent)."
+    for k in (lo_k, hi_k):
+        if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
+    return s.get(lo_k, 0), s.get(hi_k)
+
+@patch
+def array(self:_SchemaGrammar, s:dict) -> list:
+    "`[` prefixItems in order, then `items` for the rest, minItems..maxItems in all `]`: the rest is one counted repetition."
+    b, w, sep = self.b, self._w(), self.b.lit(',') + self._w()
+    pre, rest = list(s.get('prefixItems', [])), s.get('items', True)
+    lo, hi = _count(s, 'minItems', 'maxItems')
+    if rest is False: hi = len(pre) if hi is None else min(hi, len(pre))
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: the array needs at least {lo} and at most {hi} items")
+    if hi is not None: pre = pre[:hi]
+    elems = []
+    for i, x in enumerate(pre):                                  # an item no value satisfies ends the array before it
+        try: elems.append(self.sym(x))
+        except _Empty:
+            if i < lo: raise
+            hi, pre = i, pre[:i]; break
+    try: item = self.sym(rest) if rest is not False and (hi is None or hi > len(pre)) else None
+    except _Empty:
+        if lo > len(pre): raise
+        item = None
+    def tail(i):                                                 # elements i.. (after a separator when i >= 1)
+        if i < len(elems):
+            piece = (sep if i else []) + [elems[i]] + tail(i + 1)
+            return piece if i < lo else [('r', b.rule('items', [piece, []]))]
+        if item is None: return []
+        a, m = max(lo - i, 0), None if hi is None else hi - i      # how many more items
+        if i == 0:                                               # the first item has no separator
+            body = [item, ('n', b.rule('items', [sep + [item]]), max(a - 1, 0), None if m is None else m - 1)]
+            return body if a >= 1 else [('r', b.rule('items', [body, []]))]
+        return [('n', b.rule('items', [sep + [item]]), a, m)]
+    return b.lit('[') + w + tail(0) + w + b.lit(']')
+
+@patch
+def _pattern_keys(self:_SchemaGrammar, s:dict, name:str) -> list:
+    "The patternProperties whose pattern `name` matches (Python's `re.search`, as jsonschema checks them)."
+    pp = s.get('patternProperties', {})
+    if not isinstance(pp, dict): raise ValueError("JSON schema: 'patternProperties' must be a dict of patterns to schemas")
+    try: return [v for p, v in pp.items() if re.search(p, name)]
+    except re.error as e: raise ValueError(f"JSON schema: a patternProperties pattern does not compile: {e}") from None
+
+# %% ../nbs/05b_grammars.ipynb #gs000012-s1
+@patch
+def object(self:_SchemaGrammar, s:dict) -> list:
+    """An object. Listed properties are written in the schema's order (optional ones may be left out, others never written); each one's
+    value also satisfies the patternProperties its name matches, and a name `propertyNames` rejects is left out. With no properties
+    listed, a map: keys matching a patternProperties pattern (or any key, or a `propertyNames` string), values of that schema."""
+    import jsonschema
+    b, w, sep = self.b, self._w(), self.b.lit(',') + self._w()
+    props, req, addl = dict(s.get('properties', {})), list(s.get('required', [])), s.get('additionalProperties', True)
+    if not isinstance(props, dict) or not isinstance(req, list): raise ValueError("JSON schema: 'properties' must be a dict and 'required' a list")
+    pp, pn = s.get('patternProperties', {}), s.get('propertyNames', True)
+    lo, hi = _count(s, 'minProperties', 'maxProperties')
+    for r in req:                                                # a required name with no entry: its patternProperties, else additionalProperties
+        if r not in props:
+            if not self._pattern_keys(s, r) and addl is False: raise _Empty(f"JSON schema: property {r!r} is required but additionalProperties is false")
+            props[r] = True if self._pattern_keys(s, r) else addl
+    if pn is True: name_ok = lambda n: True
+    else:
+        names = {**(_constraining(pn) if isinstance(pn, dict) else {'not': {}}),
+                 **{k: self.root[k] for k in ('$defs', 'definitions') if isinstance(self.root, dict) and k in self.root}}
+        name_ok = jsonschema.Draft202012Validator(names).is_valid   # listed names are checked here, once
+    for k in list(props):
+        if not name_ok(k):
+            if k in req: raise _Empty(f"JSON schema: required property {k!r} fails propertyNames")
+            del props[k]
+        elif (extra := self._pattern_keys(s, k)): props[k] = {'allOf': [props[k]] + extra}
+    lo = max(lo, len(set(req)))
+    if hi is not None and hi < lo: raise _Empty(f"JSON schema: the object needs at least {lo} and at most {hi} properties")
+    if props: return self._listed(props, req, lo, hi)
+    if lo > 1: raise ValueError(f"JSON schema: minProperties {lo} on an object without listed properties is not supported (a grammar "
+                                "cannot keep a map's keys distinct, and a repeated key counts once)")
+    if pp and pn is not True: raise ValueError("JSON schema: patternProperties together with propertyNames is not supported")
+    if pp:                                                       # keys of each pattern; a key may match several: its value satisfies all
+        pairs = []
+        for p in pp:
+            try: pairs.append((b.regex(_string_regex({'pattern': p}), 'key'), self.sym({'allOf': list(pp.values())} if len(pp) > 1 else pp[p])))
+            except _Empty: pass
+    elif addl is False or hi == 0: pairs = []
+    else:
+        key = b.regex('"' + STRING_CHAR + '*"', 'key') if pn is True else self.sym({'allOf': [pn, {'type': 'string'}]})
+        pairs = [(key, self.any_value() if addl is True else self.sym(addl))]
+    if not pairs:
+        if lo: raise _Empty("JSON schema: the object may hold no property but needs some")
+        return b.lit('{') + w + b.lit('}')
+    kv = b.ref('member', [[k] + b.lit(':') + w + [v] for k, v in pairs])
+    body = [kv, ('n', b.rule('members', [sep + [kv]]), 0, None if hi is None else hi - 1)]
+    return b.lit('{') + w + (body if lo >= 1 else [('r', b.rule('members', [body, []]))]) + w + b.lit('}')
+
+# %% ../nbs/05b_grammars.ipynb #gs000012-s2
+@patch
+def _listed(self:_SchemaGrammar, props:dict, req:list, lo:int, hi:int|None) -> list:
+    "Listed properties in the schema's order, optional ones left out or not, minProperties..maxProperties in all (each count a path)."
+    b, w, sep = self.b, self._w(), self.b.lit(',') + self._w()
+    if lo > len(props): raise ValueError(f"JSON schema: minProperties {lo} asks for more properties than the {len(props)} listed; not supported")
+    kv = {}
+    for k, v in props.items():                               # an optional property no value satisfies is left out
+        try: kv[k] = b.lit(json.dumps(k, ensure_ascii=False) + ':') + w + [self.sym(v)]
+        except _Empty:
+            if k in req: raise
+    if lo > len(kv): raise _Empty(f"JSON schema: the object needs {lo} properties and only {len(kv)} can hold")
+    keys, memo = list(kv), {}
+    counted = lo > len(set(req)) or (hi is not None and hi < len(props))
+    cap = lo if hi is None else hi
+    def seq(i, n, first):                                    # properties i.. in schema order, n written before them (capped)
+        if i == len(keys): return [] if n >= lo or not counted else None
+        if (i, n, first) not in memo:
+            item, opt = ([] if first else sep) + kv[keys[i]], keys[i] not in req
+            if not counted and not first:
+                r = seq(i + 1, n, False)
+                memo[i, n, first] = ([('r', b.rule('props', [item, []]))] if opt else item) + r
+                return memo[i, n, first]
+            alts = []
+            if hi is None or n < hi:
+                if (r := seq(i + 1, min(n + 1, cap), False)) is not None: alts.append(item + r)
+            if opt and (r := seq(i + 1, n, first)) is not None: alts.append(r)
+            memo[i, n, first] = None if not alts else alts[0] if len(alts) == 1 else [('r', b.rule('props', alts))]
+        return memo[i, n, first]
+    body = seq(0, 0, True)
+    if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
+    return b.lit('{') + w + body + w + b.lit('}')
+
+# %% ../nbs/05b_grammars.ipynb #gs000013
+def _reachable(g:Grammar) -> Grammar:
+    "The rules `g.root` can reach, renumbered (rules left behind by a refused anyOf branch drop out)."
+    keep, todo = {g.root}, [g.root]
+    while todo:
+        for alt in g.rules[todo.pop()]:
+            for s in alt:
+                if s[0] != 'b' and s[1] not in keep: keep.add(s[1]); todo.append(s[1])
+    new = {r: i for i, r in enumerate(sorted(keep))}
+    fix = lambda s: s if s[0] == 'b' else (s[0], new[s[1]]) + s[2:]
+    return Grammar([[[fix(s) for s in alt] for alt in g.rules[r]] for r in sorted(keep)], [g.names[r] for r in sorted(keep)], new[g.root])
+
+def schema_to_grammar(schema, ws:str=' ') -> Grammar:
+    "A grammar whose sentences are JSON texts valid under `schema` (whitespace: an optional `ws` after `{`, `[`, `:` and `,`, and before `}`, `]`); a keyword it cannot enforce raises a ValueError naming it."
+    sg = _SchemaGrammar(schema, ws)
+    root = sg.sym(schema)
+    return _reachable(Grammar(sg.b.rules, sg.b.names, root[1]))
+
+def json_schema_constraint(schema, path:str='grammar'):
+    """A constraint for `schema`: `path='grammar'` (rules and the lazy pushdown recognizer of this chapter) or 'regex' (05a: one
+    regular expression, one DFA built up front). `compile_constraint(json_schema=...)` and `generate(json_schema=...)` take the grammar
+    path once this module is imported. The result's `path` says which one it took; it is cached per schema."""
+    if path not in ('regex', 'grammar'): raise ValueError(f"path must be 'regex' or 'grammar', got {path!r}")
+    if not isinstance(schema, (dict, bool)): raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(schema).__name__}")
+    return _schema_cached(json.dumps(schema, ensure_ascii=False), path)
+
+@functools.lru_cache(maxsize=256)
+def _schema_cached(key:str, path:str):
+    schema = json.loads(key)
+    if path == 'regex': c = Constraint(schema_to_regex(schema), 'json_schema', schema)
+    else:
+        t0 = time.perf_counter()
+        c = GrammarConstraint(schema_to_grammar(schema), 'json_schema', schema)
+        c.compile_time = time.perf_counter() - t0
+    c.path = path
+    return c
+
+SCHEMA_PATHS['grammar'] = json_schema_constraint                 # compile_constraint(json_schema=...) now takes this path
