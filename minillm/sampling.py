@@ -507,6 +507,7 @@ def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
         return sample(logits, params, tokens, gen, n_prompt, eos_ids)
     return pick
 
+# %% ../nbs/03_sampling.ipynb #0454b3a0-s1
 _FIELDS = [f.name for f in fields(SamplingParams)]
 CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): chapter 05a adds regex, json_schema, choice
 
@@ -535,6 +536,7 @@ def sample_params(params:SamplingParams) -> list[SamplingParams]:
     "The `params.n` single-sample settings that `n` stands for: sample i gets seed `seed + i` (each its own fresh seed when `seed` is None)."
     return [replace(params, n=1, seed=None if params.seed is None else params.seed + i) for i in range(params.n)]
 
+# %% ../nbs/03_sampling.ipynb #0454b3a0-s2
 def run_sampling(llm:LLM, prompt, kw:dict):
     "This chapter's mode: one prompt, one sample, with every `SamplingParams` setting (as keywords or `params`)."
     kw = dict(kw); use_cache = kw.pop('use_cache', True)

@@ -277,6 +277,7 @@ def verify_round(logits:torch.Tensor, # (d+1, V) target logits at the pending to
         n, nxt = accept_draft(p[None], q[None], x, generator)
     return int(n[0]), int(nxt[0])
 
+# %% ../nbs/06_speculative.ipynb #a2f009c8-s1
 def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_tokens:int, params:SamplingParams,
                       stop_ids=frozenset(), generator:torch.Generator|None=None, top_logprobs:int=0,
                       timer:Timer|None=None, stats:dict|None=None) -> Iterator[Step]:
