@@ -267,7 +267,7 @@ def run_trained_draft(llm:LLM, prompt, kw:dict):
     return out
 
 register_mode(GenerateMode('trained draft', '06a', {}, 'draft= is a TrainedDraft', run=run_trained_draft,
-                           claims=lambda prompt, kw: isinstance(kw.get('draft'), TrainedDraft)))
+                           claims=lambda prompt, kw: isinstance(kw.get('draft'), TrainedDraft)));
 
 # %% ../nbs/06a_draft_training.ipynb #d1cost
 def untrained_draft(llm:LLM, kind:str, vocab_size:int|None=None, num_heads:int=4) -> TrainedDraft:

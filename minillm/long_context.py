@@ -354,7 +354,7 @@ def run_with_cache(llm:LLM, prompt, kw:dict):
     with _cache_in_use(llm, cache): return (yield from stream_below(llm, prompt, kw, '11'))
 
 register_mode(GenerateMode('cache', '11', CACHE_ARGS, 'cache= is given', claims=lambda prompt, kw: 'cache' in kw,
-                           run=run_with_cache, unset={'cache': None}))
+                           run=run_with_cache, unset={'cache': None}));
 
 # %% ../nbs/11_long_context.ipynb #lc-evict-lib
 def _grouped_mask(mask:torch.Tensor|None, B:int, H:int, Hk:int, T:int, S:int):

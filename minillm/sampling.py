@@ -551,4 +551,4 @@ SAMPLING_ARGS = {'params': 'a SamplingParams (keywords override its fields)',
                  **{f: f'SamplingParams.{f}' for f in _FIELDS if f not in LOOP_ARGS}, 'logprobs': 'top alternatives per token (= top_logprobs)'}
 register_mode(GenerateMode('sampling', '03', SAMPLING_ARGS, 'temperature > 0 or any sampling setting',
                            claims=lambda prompt, kw: kw.get('temperature', 0) != 0 or any(k not in LOOP_ARGS for k in kw),
-                           run=run_sampling, unset={'params': None}))
+                           run=run_sampling, unset={'params': None}));

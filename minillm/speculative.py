@@ -356,7 +356,7 @@ def run_spec(llm:LLM, prompt, kw:dict):
     return (yield from run_speculative(llm, prompt, draft, k, resolve_params(**kw), max_ngram))
 
 register_mode(GenerateMode('speculative', '06', SPEC_ARGS, 'draft= is given', claims=lambda prompt, kw: any(k in kw for k in SPEC_ARGS),
-                           run=run_spec, unset={'draft': None, 'num_draft_tokens': None, 'max_ngram': 3}))
+                           run=run_spec, unset={'draft': None, 'num_draft_tokens': None, 'max_ngram': 3}));
 
 # %% ../nbs/06_speculative.ipynb #51a2e909
 def _hf_generate(twin, ids, max_new_tokens, **kw):
