@@ -5,6 +5,7 @@
 # %% ../nbs/06a_draft_training.ipynb #a0imp
 from __future__ import annotations
 import copy, hashlib, json, math, os, random, time
+from types import SimpleNamespace
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
 import torch
@@ -266,7 +267,7 @@ def run_trained_draft(llm:LLM, prompt, kw:dict):
     return out
 
 register_mode(GenerateMode('trained draft', '06a', {}, 'draft= is a TrainedDraft', run=run_trained_draft,
-                           claims=lambda prompt, kw: isinstance(kw.get('draft'), TrainedDraft)))
+                           claims=lambda prompt, kw: isinstance(kw.get('draft'), TrainedDraft)));
 
 # %% ../nbs/06a_draft_training.ipynb #d1cost
 def untrained_draft(llm:LLM, kind:str, vocab_size:int|None=None, num_heads:int=4) -> TrainedDraft:
@@ -475,23 +476,11 @@ def _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, ma
     _check_int('evals', evals, 0); _check_int('unroll', unroll, 1)
 
 
-# %% ../nbs/06a_draft_training.ipynb #f1loop2
-def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
-                vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
-                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
-    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`, whichever ends first (the learning-rate decay and the early-stopping checks follow it). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often in the training windows (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
-    _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, max_steps, vocab_size, lr, evals, unroll)
-    V = llm.config.vocab_size
-    data = distill_data(llm, progress=progress) if data is None else data
-    key = weights_key(llm)
-    if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
-    spec = json.dumps(dict(recipe=2, kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
-                           v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, e=evals, u=unroll if kind == 'eagle' else None, seed=seed))
-    path = cache_dir() / 'drafts' / f"{kind}-{key}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}.pt"
-    if cache and path.exists(): return TrainedDraft.load(path, llm)
-
-    torch.manual_seed(seed); gen = torch.Generator().manual_seed(seed)
-    m = llm.model
+# %% ../nbs/06a_draft_training.ipynb #f1setup
+def _train_setup(llm, kind, data, num_heads, vocab_size, batch_size, seq_len, evals, unroll, seed):
+    "What `train_draft` needs before its first step: the windows split three ways, the head's vocabulary and its rows of the target's head, a fresh draft, and two closures: the loss of one random training batch and the loss on the set-aside answers."
+    torch.manual_seed(seed)                                                # the draft's initial weights
+    m, V = llm.model, llm.config.vocab_size
     tr, va = _split(data)                                                  # va: held-out answers, for the report only
     vocab = None if vocab_size is None else frequent_tokens(data, vocab_size, tr)   # chosen without the held-out answers
     vmap = torch.arange(V) if vocab is None else torch.full((V,), -100, dtype=torch.long).index_copy_(0, vocab, torch.arange(len(vocab)))
@@ -506,12 +495,36 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
         Ftr, Ytr = _labels(data, tr, num_heads, vmap)
         if st: Fst, Yst = _labels(data, st, num_heads, vmap)
     elif st: sbatch = _eagle_batch(data, st, 4 * len(st), seq_len, torch.Generator().manual_seed(seed + 1))   # fixed chunks
+    def batch_loss(gen):
+        if kind == 'medusa':
+            ix = torch.randint(len(Ftr), (batch_size,), generator=gen)
+            return _medusa_step(net, W, Ftr[ix], Ytr[ix], weights)
+        f, x, y = _eagle_batch(data, tr, max(1, batch_size // seq_len), seq_len, gen)
+        return _eagle_loss(net, emb, W, vmap, f, x, y, unroll=unroll)
     def stop_loss():
         net.eval()
         with torch.no_grad():
             l = _medusa_step(net, W, Fst, Yst, weights) if kind == 'medusa' else _eagle_loss(net, emb, W, vmap, *sbatch, unroll=unroll)
         net.train()
         return l.item()
+    return SimpleNamespace(net=net, vocab=vocab, tr=tr, va=va, st=st, batch_loss=batch_loss, stop_loss=stop_loss)
+
+# %% ../nbs/06a_draft_training.ipynb #f1loop2
+def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:DistillData|None=None, num_heads:int=4,
+                vocab_size:int|None=8192, lr:float=1e-3, batch_size:int=256, seq_len:int=64, max_steps:int|None=None,
+                unroll:int=2, evals:int=20, seed:int=0, cache:bool=True, progress:bool=True) -> TrainedDraft:
+    "Train a draft for `llm` from its own hidden states: Medusa-1 heads (`kind=\"medusa\"`) or an EAGLE-style layer (`\"eagle\"`), for at most `max_minutes` of training time (time while the process was stopped is not counted) or `max_steps`, whichever ends first (the learning-rate decay and the early-stopping checks follow it). The target stays frozen; the draft reads its output head over the `vocab_size` tokens it predicts most often in the training windows (`None`: all). An EAGLE draft is trained `unroll` steps ahead, each fed its own predicted features. `evals` times during training (0: never) the loss on a tenth of the training answers set aside is measured, and the weights with the lowest one are kept (early stopping). Cached by target, data and arguments."
+    _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, max_steps, vocab_size, lr, evals, unroll)
+    data = distill_data(llm, progress=progress) if data is None else data
+    key = weights_key(llm)
+    if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
+    spec = json.dumps(dict(recipe=2, kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
+                           v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, e=evals, u=unroll if kind == 'eagle' else None, seed=seed))
+    path = cache_dir() / 'drafts' / f"{kind}-{key}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}.pt"
+    if cache and path.exists(): return TrainedDraft.load(path, llm)
+
+    setup = _train_setup(llm, kind, data, num_heads, vocab_size, batch_size, seq_len, evals, unroll, seed)
+    net, tr, va, st, gen = setup.net, setup.tr, setup.va, setup.st, torch.Generator().manual_seed(seed)
     best, checks, next_check = (float('inf'), None, None), [], 0.0
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
     losses, step, el, dts = [], 0, 0.0, []
@@ -521,16 +534,11 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     while True:
         done = el >= budget or (max_steps is not None and step >= max_steps)
         if st and (progress_() >= next_check or done):                    # early stopping: keep the best weights seen
-            checks.append((step, stop_loss())); next_check += 1 / evals
+            checks.append((step, setup.stop_loss())); next_check += 1 / evals
             if checks[-1][1] < best[0]: best = (checks[-1][1], step, copy.deepcopy(net.state_dict()))
         if done: break
         t0 = time.perf_counter()
-        if kind == 'medusa':
-            ix = torch.randint(len(Ftr), (batch_size,), generator=gen)
-            loss = _medusa_step(net, W, Ftr[ix], Ytr[ix], weights)
-        else:
-            f, x, y = _eagle_batch(data, tr, max(1, batch_size // seq_len), seq_len, gen)
-            loss = _eagle_loss(net, emb, W, vmap, f, x, y, unroll=unroll)
+        loss = setup.batch_loss(gen)
         lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, progress_())))   # warm-up, cosine over the budget
         for g_ in opt.param_groups: g_['lr'] = lr_now
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()
@@ -544,7 +552,7 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     info = dict(kind=kind, minutes=el / 60, steps=step, losses=losses, tokens=data.n_tokens,
                 train_windows=len(tr), val_windows=len(va), stop_windows=len(st), stop_losses=checks, best_step=best[1] if st else step,
                 num_heads=num_heads, vocab_size=vocab_size, batch_size=batch_size)
-    d = TrainedDraft(kind, net.eval().requires_grad_(False), vocab, key, info)
+    d = TrainedDraft(kind, net.eval().requires_grad_(False), setup.vocab, key, info)
     d.info['val'] = draft_accuracy(d, llm, data, va)
     if cache: d.save(path)
     return d

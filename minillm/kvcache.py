@@ -260,6 +260,8 @@ def bench(max_new_tokens:int=64, reps:int=3, model:str|None=None, prompt:str="Th
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"bench: {name} must be an integer >= 1, got {v!r}")
     file = file or sys.stdout
+    from minillm.measure import load_line
+    print(load_line(), file=file)                                     # the machine, and how busy it is before the runs
     llm = llm or LLM.load(model, progress=False)
     N, ids = max_new_tokens, encode_prompt(llm, prompt, max_new_tokens)
     twin = None

@@ -20,8 +20,8 @@ import minillm.fast       # chapter 09's formats and compiled steps registered f
 # %% auto #0
 __all__ = ['CACHE_ARGS', 'QUANT_METHODS', 'kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll',
            'ppl_by_position', 'long_text', 'BoundedCache', 'SinkCache', 'run_with_cache', 'attention_weights',
-           'H2OCache', 'SnapKVCache', 'quantize', 'dequantize', 'QuantizedCache', 'flash_attention', 'flash_decode',
-           'attention_peak_mib']
+           'H2OCache', 'SnapKVCache', 'quantize', 'dequantize', 'QuantizedCache', 'flash_attention',
+           'attention_peak_mib', 'flash_decode']
 
 # %% ../nbs/11_long_context.ipynb #lc-mem-lib
 def kv_bytes_per_token(cfg:ModelConfig, bits:float=16) -> float:
@@ -139,33 +139,37 @@ class BoundedCache:
         "Position of the next token of each row `(B,)` (the model places new tokens there)."
         return torch.full((self.batch_size,), self.next_position, dtype=torch.long)
 
-    def update(self, layer:int, k:torch.Tensor, v:torch.Tensor):
-        "Append new keys/values `(B, H_kv, T, D)` of `layer`; return everything held `(B, H_kv, n, D)` and a causal mask for the T new queries."
-        B, H, T, D = k.shape
-        if (B, H, D) != (self.batch_size, self.n_kv_heads, self.head_dim):
-            raise ValueError(f"{type(self).__name__}.update: got keys of shape {tuple(k.shape)}, the cache holds "
-                             f"(B={self.batch_size}, H_kv={self.n_kv_heads}, T, D={self.head_dim})")
-        K, V = self._store(layer, k, v)
-        n = K.shape[2]
-        self.peak = max(self.peak, n)
-        mask = None
-        if T > 1:                          # new token i sees every held entry and new tokens up to i
-            mask = torch.arange(n, device=k.device) <= (n - T + torch.arange(T, device=k.device))[:, None]   # (T, n)
-            mask = mask.expand(B, 1, T, n)
-        return K, V, mask
+# %% ../nbs/11_long_context.ipynb #lc-bnd-lib2
+@patch
+def update(self:BoundedCache, layer:int, k:torch.Tensor, v:torch.Tensor):
+    "Append new keys/values `(B, H_kv, T, D)` of `layer`; return everything held `(B, H_kv, n, D)` and a causal mask for the T new queries."
+    B, H, T, D = k.shape
+    if (B, H, D) != (self.batch_size, self.n_kv_heads, self.head_dim):
+        raise ValueError(f"{type(self).__name__}.update: got keys of shape {tuple(k.shape)}, the cache holds "
+                         f"(B={self.batch_size}, H_kv={self.n_kv_heads}, T, D={self.head_dim})")
+    K, V = self._store(layer, k, v)
+    n = K.shape[2]
+    self.peak = max(self.peak, n)
+    mask = None
+    if T > 1:                          # new token i sees every held entry and new tokens up to i
+        mask = torch.arange(n, device=k.device) <= (n - T + torch.arange(T, device=k.device))[:, None]   # (T, n)
+        mask = mask.expand(B, 1, T, n)
+    return K, V, mask
 
-    def _store(self, layer, k, v):
-        self.k[layer] = torch.cat([self.k[layer], k.to(self.dtype)], 2)
-        self.v[layer] = torch.cat([self.v[layer], v.to(self.dtype)], 2)
-        return self.k[layer], self.v[layer]
+@patch
+def _store(self:BoundedCache, layer, k, v):
+    self.k[layer] = torch.cat([self.k[layer], k.to(self.dtype)], 2)
+    self.v[layer] = torch.cat([self.v[layer], v.to(self.dtype)], 2)
+    return self.k[layer], self.v[layer]
 
-    def advance(self, T:int):
-        "After the last layer: count the new tokens, then let the policy evict."
-        self.pos += T
-        self.evict(T)
+@patch
+def advance(self:BoundedCache, T:int):
+    "After the last layer: count the new tokens, then let the policy evict."
+    self.pos += T
+    self.evict(T)
 
-    def evict(self, T:int): pass
-
+@patch
+def evict(self:BoundedCache, T:int): pass                             # the policy: this base keeps everything
 
 # %% ../nbs/11_long_context.ipynb #lc-bnd-more
 @patch(cls_method=True)
@@ -350,7 +354,7 @@ def run_with_cache(llm:LLM, prompt, kw:dict):
     with _cache_in_use(llm, cache): return (yield from stream_below(llm, prompt, kw, '11'))
 
 register_mode(GenerateMode('cache', '11', CACHE_ARGS, 'cache= is given', claims=lambda prompt, kw: 'cache' in kw,
-                           run=run_with_cache, unset={'cache': None}))
+                           run=run_with_cache, unset={'cache': None}));
 
 # %% ../nbs/11_long_context.ipynb #lc-evict-lib
 def _grouped_mask(mask:torch.Tensor|None, B:int, H:int, Hk:int, T:int, S:int):
@@ -551,22 +555,23 @@ class QuantizedCache(BoundedCache):
     def _drop_last(self, n):
         for i in range(self.n_layers): self.k[i], self.v[i] = self.k[i][:, :, :self.k[i].shape[2] - n], self.v[i][:, :, :self.v[i].shape[2] - n]
 
-    @property
-    def nbytes(self) -> int:
-        "Bytes of the cache with codes packed `8 / bits` to a byte (this reference stores one code per byte), scales, zero points and the full-precision part."
-        n = sum(t.nbytes for t in self.k + self.v)
-        sym = self.method == 'token' and self.bits == 8                     # symmetric codes: the zero point is a constant, not stored
-        for blocks in self.qk + self.qv:
-            for codes, scale, zero in blocks: n += codes.numel() * self.bits // 8 + scale.nbytes + (0 if sym else zero.nbytes)
-        return n
+# %% ../nbs/11_long_context.ipynb #lc-q-cache-lib2
+@patch(as_prop=True)
+def nbytes(self:QuantizedCache) -> int:
+    "Bytes of the cache with codes packed `8 / bits` to a byte (this reference stores one code per byte), scales, zero points and the full-precision part."
+    n = sum(t.nbytes for t in self.k + self.v)
+    sym = self.method == 'token' and self.bits == 8                     # symmetric codes: the zero point is a constant, not stored
+    for blocks in self.qk + self.qv:
+        for codes, scale, zero in blocks: n += codes.numel() * self.bits // 8 + scale.nbytes + (0 if sym else zero.nbytes)
+    return n
 
-    def reorder(self, index):
-        super().reorder(index)
-        idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).to(self.device)
-        self.qk = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qk]
-        self.qv = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qv]
-        return self
-
+@patch
+def reorder(self:QuantizedCache, index):
+    BoundedCache.reorder(self, index)                                      # the full-precision part
+    idx = torch.as_tensor(index, dtype=torch.long).reshape(-1).to(self.device)
+    self.qk = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qk]
+    self.qv = [[tuple(t[idx] for t in b) for b in blocks] for blocks in self.qv]
+    return self
 
 # %% ../nbs/11_long_context.ipynb #lc-fa-lib
 def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=True, scale:float|None=None,
@@ -609,30 +614,6 @@ def flash_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, causal:bool=
         out[:, :, :, i:i + bq] = acc / torch.where(l > 0, l, 1.0)            # l = 0 only where no key was visible: acc is 0 there too
     return out.reshape(B, H, T, D)
 
-def flash_decode(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, num_splits:int=8, scale:float|None=None) -> torch.Tensor:
-    """Flash-decoding: attention of a few new queries `(B, H, T, D)` over a long cache `(B, H_kv, S, D)` (all keys visible), split
-    along the keys into `num_splits` parts computed independently (in parallel on a GPU) and merged with their max and sum."""
-    B, H, T, D = q.shape
-    Hk, S = k.shape[1], k.shape[2]
-    if not isinstance(num_splits, int) or num_splits < 1: raise ValueError(f"flash_decode: num_splits must be an integer >= 1, got {num_splits!r}")
-    if H % Hk: raise ValueError(f"flash_decode: H ({H}) must be a multiple of H_kv ({Hk})")
-    size = -(-S // min(num_splits, S))                                      # keys per split
-    P = -(-S // size)                                                       # splits actually needed (none is all padding)
-    pad = P * size - S
-    scale = 1 / math.sqrt(D) if scale is None else scale
-    kp, vp = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))             # (B, H_kv, P * size, D)
-    kp, vp = kp.view(B, Hk, 1, P, size, D), vp.view(B, Hk, 1, P, size, D)
-    qg = q.reshape(B, Hk, H // Hk, 1, T, D) * scale                          # (B, H_kv, g, 1, T, D)
-    s = qg @ kp.transpose(-1, -2)                                           # (B, H_kv, g, P, T, size): every split at once
-    if pad: s = s.masked_fill((torch.arange(P * size, device=q.device) >= S).view(P, 1, size), float('-inf'))   # padding keys: invisible
-    m = s.amax(-1, keepdim=True)                                            # per split: max, sum and unnormalised output
-    p = (s - m).exp()
-    l, o = p.sum(-1, keepdim=True), p @ vp                                  # (B, H_kv, g, P, T, 1), (B, H_kv, g, P, T, D)
-    o, lse = o / l, m + l.log()                                             # each split's attention output and log-sum-exp
-    out, L = o[:, :, :, 0], lse[:, :, :, 0]
-    for i in range(1, P): out, L = merge_attention(out, L, o[:, :, :, i], lse[:, :, :, i])   # chapter 07's exact merge, split by split
-    return out.reshape(B, H, T, D)                                          # (B, H_kv, g, T, D) -> (B, H, T, D)
-
 # %% ../nbs/11_long_context.ipynb #lc-fa-mem-lib
 def attention_peak_mib(kind:str, T:int, D:int=64, H:int=1, block:int=256) -> float:
     "MiB a causal attention call over `T` tokens needs beyond its inputs, measured in a fresh process: `kind` is 'naive', 'flash' or 'sdpa'."
@@ -656,3 +637,28 @@ def attention_peak_mib(kind:str, T:int, D:int=64, H:int=1, block:int=256) -> flo
     out = subprocess.run([sys.executable, '-c', prog], capture_output=True, text=True)
     if out.returncode: raise RuntimeError(out.stderr[-2000:])
     return int(out.stdout.split()[-1]) / 1024                            # /proc reports KiB
+
+# %% ../nbs/11_long_context.ipynb #lc-fd-lib
+def flash_decode(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, num_splits:int=8, scale:float|None=None) -> torch.Tensor:
+    """Flash-decoding: attention of a few new queries `(B, H, T, D)` over a long cache `(B, H_kv, S, D)` (all keys visible), split
+    along the keys into `num_splits` parts computed independently (in parallel on a GPU) and merged with their max and sum."""
+    B, H, T, D = q.shape
+    Hk, S = k.shape[1], k.shape[2]
+    if not isinstance(num_splits, int) or num_splits < 1: raise ValueError(f"flash_decode: num_splits must be an integer >= 1, got {num_splits!r}")
+    if H % Hk: raise ValueError(f"flash_decode: H ({H}) must be a multiple of H_kv ({Hk})")
+    size = -(-S // min(num_splits, S))                                      # keys per split
+    P = -(-S // size)                                                       # splits actually needed (none is all padding)
+    pad = P * size - S
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    kp, vp = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))             # (B, H_kv, P * size, D)
+    kp, vp = kp.view(B, Hk, 1, P, size, D), vp.view(B, Hk, 1, P, size, D)
+    qg = q.reshape(B, Hk, H // Hk, 1, T, D) * scale                          # (B, H_kv, g, 1, T, D)
+    s = qg @ kp.transpose(-1, -2)                                           # (B, H_kv, g, P, T, size): every split at once
+    if pad: s = s.masked_fill((torch.arange(P * size, device=q.device) >= S).view(P, 1, size), float('-inf'))   # padding keys: invisible
+    m = s.amax(-1, keepdim=True)                                            # per split: max, sum and unnormalised output
+    p = (s - m).exp()
+    l, o = p.sum(-1, keepdim=True), p @ vp                                  # (B, H_kv, g, P, T, 1), (B, H_kv, g, P, T, D)
+    o, lse = o / l, m + l.log()                                             # each split's attention output and log-sum-exp
+    out, L = o[:, :, :, 0], lse[:, :, :, 0]
+    for i in range(1, P): out, L = merge_attention(out, L, o[:, :, :, i], lse[:, :, :, i])   # chapter 07's exact merge, split by split
+    return out.reshape(B, H, T, D)                                          # (B, H_kv, g, T, D) -> (B, H, T, D)

@@ -336,4 +336,4 @@ def run_greedy(llm:LLM, prompt, kw:dict) -> Iterator[str]:
     return (yield from run_generation(llm, prompt, max_new_tokens=kw.pop('max_new_tokens', 128), **kw))
 
 register_mode(GenerateMode('greedy', '02', LOOP_ARGS, 'always (the loop of chapter 02)', lambda prompt, kw: True, run=run_greedy,
-                           unset={'max_new_tokens': None}))
+                           unset={'max_new_tokens': None}));

@@ -507,6 +507,7 @@ def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
         return sample(logits, params, tokens, gen, n_prompt, eos_ids)
     return pick
 
+# %% ../nbs/03_sampling.ipynb #0454b3a0-s1
 _FIELDS = [f.name for f in fields(SamplingParams)]
 CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): chapter 05a adds regex, json_schema, choice
 
@@ -535,6 +536,7 @@ def sample_params(params:SamplingParams) -> list[SamplingParams]:
     "The `params.n` single-sample settings that `n` stands for: sample i gets seed `seed + i` (each its own fresh seed when `seed` is None)."
     return [replace(params, n=1, seed=None if params.seed is None else params.seed + i) for i in range(params.n)]
 
+# %% ../nbs/03_sampling.ipynb #0454b3a0-s2
 def run_sampling(llm:LLM, prompt, kw:dict):
     "This chapter's mode: one prompt, one sample, with every `SamplingParams` setting (as keywords or `params`)."
     kw = dict(kw); use_cache = kw.pop('use_cache', True)
@@ -549,4 +551,4 @@ SAMPLING_ARGS = {'params': 'a SamplingParams (keywords override its fields)',
                  **{f: f'SamplingParams.{f}' for f in _FIELDS if f not in LOOP_ARGS}, 'logprobs': 'top alternatives per token (= top_logprobs)'}
 register_mode(GenerateMode('sampling', '03', SAMPLING_ARGS, 'temperature > 0 or any sampling setting',
                            claims=lambda prompt, kw: kw.get('temperature', 0) != 0 or any(k not in LOOP_ARGS for k in kw),
-                           run=run_sampling, unset={'params': None}))
+                           run=run_sampling, unset={'params': None}));

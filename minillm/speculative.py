@@ -277,6 +277,7 @@ def verify_round(logits:torch.Tensor, # (d+1, V) target logits at the pending to
         n, nxt = accept_draft(p[None], q[None], x, generator)
     return int(n[0]), int(nxt[0])
 
+# %% ../nbs/06_speculative.ipynb #a2f009c8-s1
 def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_tokens:int, params:SamplingParams,
                       stop_ids=frozenset(), generator:torch.Generator|None=None, top_logprobs:int=0,
                       timer:Timer|None=None, stats:dict|None=None) -> Iterator[Step]:
@@ -355,7 +356,7 @@ def run_spec(llm:LLM, prompt, kw:dict):
     return (yield from run_speculative(llm, prompt, draft, k, resolve_params(**kw), max_ngram))
 
 register_mode(GenerateMode('speculative', '06', SPEC_ARGS, 'draft= is given', claims=lambda prompt, kw: any(k in kw for k in SPEC_ARGS),
-                           run=run_spec, unset={'draft': None, 'num_draft_tokens': None, 'max_ngram': 3}))
+                           run=run_spec, unset={'draft': None, 'num_draft_tokens': None, 'max_ngram': 3}));
 
 # %% ../nbs/06_speculative.ipynb #51a2e909
 def _hf_generate(twin, ids, max_new_tokens, **kw):
