@@ -782,7 +782,7 @@ def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_si
     file = file or sys.stderr
     for n, v, lo in (('max_batch_size', max_batch_size, 1), ('max_tokens', max_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{n} must be an integer >= {lo}, got {v!r}")
-    check_engine_args(max_batch_size, max_tokens_per_step, prefix_caching)   # chapter 07's checks, before the model loads
+    check_engine_args(max_batch_size, max_tokens_per_step, prefix_caching)   # chapter 07b's checks, before the model loads
     Guard(None, allowed_hosts)                                        # a bad allowed_hosts fails before the model loads
     api_key = api_key or os.environ.get('MINILLM_API_KEY') or None
     sock = _bind(host, port)                                          # a busy port fails here, before the model loads

@@ -167,7 +167,7 @@ def oracle(answers:list, correct) -> bool:
 
 # %% ../nbs/10_test_time.ipynb #t10c31
 def sampling_engine(llm:LLM, n:int, max_len:int, block_size:int=16) -> Engine:
-    "A chapter 07 `Engine` with prefix caching for one greedy row and `n` samples of prompts up to `max_len` tokens (prompt plus new tokens)."
+    "A chapter 07b `Engine` with prefix caching for one greedy row and `n` samples of prompts up to `max_len` tokens (prompt plus new tokens)."
     if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1: raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
     per_row = -(-max_len // block_size) + 1                               # a row's blocks, and one to copy on write
