@@ -1140,7 +1140,7 @@ register_load_option('activations', '09', "dtype='q4_1'/'q8_0': 'int16' or 'int8
 
 # %% ../nbs/09_fast.ipynb #blk-prof
 import contextlib, statistics
-MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')
+MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')
 
 @contextlib.contextmanager
 def _labelled():
