@@ -788,7 +788,7 @@ at::Tensor q8_0_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& 
 
 
 # %% ../nbs/09_fast.ipynb #blk-q8-ops
-_QK_OPS8 = r"""// What a block does to a row just before a projection, done here to save the small operators around the call:
+_QK_PREP = r"""// What a block does to a row just before a projection, done here to save the small operators around the call:
 // RMSNorm with weight w (norm), or SwiGLU on a row of 2K (silu(gate) * up).
 static const float* prepare(const at::Tensor& x, int64_t K, const c10::optional<at::Tensor>& norm, double eps, bool silu_mul, std::vector<float>& buf) {
   const float* xp = x.data_ptr<float>();
@@ -807,8 +807,11 @@ static const float* prepare(const at::Tensor& x, int64_t K, const c10::optional<
   }
   return buf.data();
 }
+"""   # part 6: a block's steps before a projection, done in the call
 
-// y = x @ W^T (+ residual) with x rounded to integer blocks first (bits 8 or 16; q4 true: W in Q4_1 blocks, false: Q8_0 blocks)
+
+# %% ../nbs/09_fast.ipynb #blk-q8-ops2
+_QK_OPS8 = r"""// y = x @ W^T (+ residual) with x rounded to integer blocks first (bits 8 or 16; q4 true: W in Q4_1 blocks, false: Q8_0 blocks)
 template <typename A>
 static void act_mm(const float* xp, int64_t M, const uint8_t* qp, const at::Half* dp, const at::Half* mp, bool q4, int64_t N, int64_t K, float* yp, const float* res) {
   const int64_t nb = K / 32;
@@ -874,11 +877,11 @@ TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
   lib.impl("q4_1_qmm", &q4_1_qmm); lib.impl("q8_0_qmm", &q8_0_qmm);
 }
 TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) { lib.impl("q8_isa", &q8_isa); }
-"""   # part 6: the integer-activation operators, and the registration of all of them
+"""   # part 7: the integer-activation operators, and the registration of all of them
 
 
 # %% ../nbs/09_fast.ipynb #blk-build
-QKERNEL_SOURCE = _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_OPS + _QK_OPS8
+QKERNEL_SOURCE = _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_OPS + _QK_PREP + _QK_OPS8
 _QK = {}
 
 def qkernels(verbose:bool=False) -> bool:
