@@ -159,12 +159,14 @@ def serve_cli(
     quiet:store_true=False,                         # Log warnings and errors only (no access log, no progress bar)
     max_tokens_per_step:int=mall.DEFAULT_TOKENS_PER_STEP,  # Token budget of one engine step: decode rows plus prompt chunks, >= max_batch_size (0: no limit)
     prefix_caching:store_true=False,                # Keep the KV blocks of finished prompts and reuse them for requests that start the same way
+    dtype:str=None,                                 # Weight form: float32 (default), bfloat16, int8, q8_0, q4_0, q4_1 (chapter 09)
 ):
     "Serve the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, /health) from a language model until Ctrl-C or SIGTERM."
     hosts = None if allowed_hosts is None else [h.strip() for h in allowed_hosts.split(',') if h.strip()]
     budget = None if max_tokens_per_step == 0 else max_tokens_per_step
     try: mall.serve(model, host, port, max_batch_size, api_key, max_tokens, served_model_name, 'warning' if quiet else 'info', hosts,
-                    max_tokens_per_step=budget, prefix_caching=prefix_caching)
+                    max_tokens_per_step=budget, prefix_caching=prefix_caching,
+                    dtype=None if dtype is None else mall.check_format(dtype))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr); sys.exit(2)
     except KeyboardInterrupt: print("minillm: stopped (SIGINT)", file=sys.stderr)   # Ctrl-C before the server was up (while the model loaded)

@@ -777,8 +777,9 @@ class Server:
 # %% ../nbs/08_serving.ipynb #08c00052
 def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_size:int=16, api_key:str|None=None,
           max_tokens:int=1024, served_model_name:str|None=None, log_level:str='info', allowed_hosts:list[str]|None=None,
-          grace:float=5.0, file=None, max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP, prefix_caching:bool=False):
-    "Load `model` (default: the embedded SmolLM2-135M-Instruct) and serve the OpenAI API on host:port until Ctrl-C or SIGTERM."
+          grace:float=5.0, file=None, max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP, prefix_caching:bool=False,
+          dtype:str|None=None):
+    "Load `model` (default: the embedded SmolLM2-135M-Instruct) in form `dtype` (None: float32; chapter 09's forms, e.g. 'q4_1') and serve the OpenAI API on host:port until Ctrl-C or SIGTERM."
     file = file or sys.stderr
     for n, v, lo in (('max_batch_size', max_batch_size, 1), ('max_tokens', max_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{n} must be an integer >= {lo}, got {v!r}")
@@ -787,7 +788,7 @@ def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_si
     api_key = api_key or os.environ.get('MINILLM_API_KEY') or None
     sock = _bind(host, port)                                          # a busy port fails here, before the model loads
     try:
-        llm = LLM.load(model, progress=log_level != 'warning')
+        llm = LLM.load(model, dtype=dtype or 'float32', progress=log_level != 'warning')
         worker = EngineWorker(Engine(llm, max_batch_size, max_tokens_per_step=max_tokens_per_step, prefix_caching=prefix_caching))
         app = make_app(worker, served_model_name, api_key, max_tokens, allowed_hosts=allowed_hosts)
         h, p = sock.getsockname()[:2]
