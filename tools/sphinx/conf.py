@@ -18,7 +18,7 @@ release = version = _s.get('version', '')
 
 extensions = ['myst_nb', 'sphinx.ext.mathjax', 'sphinx-mathjax-offline']
 root_doc = 'index'
-exclude_patterns = ['_build', '**.ipynb_checkpoints']
+exclude_patterns = ['_build', '**.ipynb_checkpoints', 'data/**']   # data files travel with the pages (e.g. nbs/data's README of a sample) but are not pages
 source_suffix = {'.ipynb': 'myst-nb', '.md': 'myst-nb'}
 
 # notebooks are never executed here: the site shows the outputs saved in them
