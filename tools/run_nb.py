@@ -6,7 +6,7 @@ Usage: python tools/run_nb.py nbs/03_sampling.ipynb [more.ipynb] [--skip "slow g
 
 Cells flagged with a word in --skip (default: `slow gpu`, the benchmark and GPU cells) are not run and keep their
 saved outputs; --only runs the unflagged cells plus cells with these flags; --cells reruns just the named cell ids
-after running everything else that is unflagged (so their inputs exist); --only-cells runs just the named cells, after the
+after running everything else that is unflagged (so their inputs exist), and saves only their outputs; --only-cells runs just the named cells, after the
 notebook's definitions (`#| export`/`#| exporti` cells, and the `#| hide` set-up cells before the first ordinary code cell), and keeps every other cell's saved
 outputs: the way to rerun a few benchmark cells without the minutes of tests around them. Runs in a real Jupyter kernel
 (nbclient). Stops at the first error and leaves the notebook unchanged. Run `nbdev_clean` afterwards.
@@ -140,10 +140,11 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600, on
     finally:
         if env_in_test is not None: os.environ['IN_TEST'] = env_in_test
     for i, (src, outs) in stash.items(): nb.cells[i].source, nb.cells[i].outputs = src, outs
-    if only_cells is not None:                                       # the rest of the notebook is exactly as it was on disk
+    keep = only_cells if only_cells is not None else cells
+    if keep is not None:                                             # the rest of the notebook is exactly as it was on disk
         disk = nbformat.read(path, as_version=4)
         for c in disk.cells:
-            if c.get('id') in only_cells: c.outputs = next(d.outputs for d in nb.cells if d.get('id') == c.get('id'))
+            if c.get('id') in keep: c.outputs = next(d.outputs for d in nb.cells if d.get('id') == c.get('id'))
         nb = disk
     nbformat.write(tidy(nb), path)
     print(f"ran   {path} in {time.time() - t0:.0f} s"); return True
@@ -153,7 +154,7 @@ if __name__ == '__main__':
     ap.add_argument('paths', nargs='+')
     ap.add_argument('--skip', default='slow gpu')
     ap.add_argument('--only', default=None, help='flags to run in addition to unflagged cells (others are skipped)')
-    ap.add_argument('--cells', default=None, help='comma-separated cell ids to run even if flagged')
+    ap.add_argument('--cells', default=None, help='comma-separated cell ids to rerun (even if flagged), after the unflagged cells they need; only their outputs are saved')
     ap.add_argument('--only-cells', default=None, help='comma-separated cell ids: run only these (after the definitions), keep all else')
     ap.add_argument('--pause-others', action='store_true', help='SIGSTOP other heavy processes while running (for timings)')
     ap.add_argument('--tidy', action='store_true', help='only tidy the notebooks for JupyterLab, without running them')

@@ -10,7 +10,7 @@ Stale outputs: each notebook is executed afresh in a real Jupyter kernel (nbclie
 tools/run_nb.py) on a copy; the notebook file is never changed. Cells flagged with a word in --skip (default: `slow gpu`,
 the benchmarks and GPU cells) are not run and are listed as kept. For every cell that ran, its fresh text output (stdout,
 results' text/plain, errors; PNG/HTML only by presence) is compared with the saved one, and the cells that differ are
-listed with the start of a diff and a `tools/run_nb.py --only-cells` command that reruns exactly them.
+listed with the start of a diff and a `tools/run_nb.py --cells` command that reruns exactly them (after the cells they need).
 
 Timing and sampling cells are compared only in shape, because their numbers change from run to run:
   - a cell is a *timing* cell if it carries `#| timing` (or `#| slow`, when --only slow runs it), or its source times
@@ -121,7 +121,7 @@ def stale_report(path:Path, skip:set[str], diff_lines:int=6) -> tuple[int, str]:
     head = (f"{'STALE' if stale else 'OK   '} {rel}: {len(stale)} of {sum(by_kind.values())} cells that ran differ "
             f"(compared exactly {by_kind['exact']}, timing in shape {by_kind['timing']}, sampling in shape {by_kind['sampling']}); "
             f"{len(kept)} flagged cells kept as saved; ran in {time.time() - t0:.0f} s")
-    if stale: lines.append(f"  rerun them: PYTHONPATH=$PWD python tools/run_nb.py {rel} --only-cells {','.join(stale)} && nbdev_clean")
+    if stale: lines.append(f"  rerun them: PYTHONPATH=$PWD python tools/run_nb.py {rel} --cells {','.join(stale)} && nbdev_clean")
     return len(stale), '\n'.join([head] + lines)
 
 def long_report(path:Path, top:int=3, max_lines:int=60) -> tuple[int, str]:
