@@ -1048,19 +1048,9 @@ import minillm.model as _model                                            # its 
 class FusedBlock(Block):
     "Chapter 00's `Block` for block layers: the RMSNorms, SwiGLU and the residual adds run inside the projections' C++ calls."
     def forward(self, x, cos, sin, cache=None, mask=None):                # x: (B, T, C)
-        a, (B, T, _) = self.self_attn, x.shape
-        H, H_kv, D = a.H, a.H_kv, a.D
-        qkv = a.qkv_proj(x, norm=self.input_layernorm).view(B, T, H + 2 * H_kv, D).transpose(1, 2)
-        qk = _model.apply_rope_fast(qkv[:, :H + H_kv], cos, sin)           # from here to the O projection: chapter 00's attention
-        q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + H_kv:]
-        if cache is not None:
-            k, v, cmask = cache.update(a.layer_idx, k, v)
-            if mask is None: mask = cmask
-        attend = getattr(cache, 'compute_attention', None)
-        if attend is not None: y = attend(a.layer_idx, q, k, v, mask)
-        elif mask is None and cache is None: y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=H != H_kv)
-        else: y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=H != H_kv)
-        x = a.o_proj(y.transpose(1, 2).reshape(B, T, H * D), residual=x)        # x + attention
+        a = self.self_attn
+        y = a.attend_qkv(a.qkv_proj(x, norm=self.input_layernorm), cos, sin, cache, mask)   # chapter 00's attention, from q/k/v to o_proj's input
+        x = a.o_proj(y, residual=x)                                                     # x + attention
         gate_up = self.mlp.gate_up_proj(x, norm=self.post_attention_layernorm)
         return self.mlp.down_proj(gate_up, residual=x, silu_mul=True)           # x + MLP
 

@@ -129,9 +129,12 @@ class Attention(nn.Module):
         stacked_names(self, 'qkv_proj', ('q_proj', 'k_proj', 'v_proj'), sizes)
 
     def forward(self, x, cos, sin, cache=None, mask=None):  # x: (B, T, C); cos, sin: (B, 1, T, D) from rope_tables
-        B, T, _ = x.shape
+        return linear(self.o_proj, self.attend_qkv(linear(self.qkv_proj, x), cos, sin, cache, mask))
+
+    def attend_qkv(self, qkv, cos, sin, cache=None, mask=None):
+        "Attention from the fused q/k/v projection `qkv` (B, T, (H + 2 H_kv) D) to the input of `o_proj` (B, T, H D): rotary, cache, SDPA."
+        B, T, _ = qkv.shape
         H, H_kv = self.H, self.H_kv
-        qkv = linear(self.qkv_proj, x)                                           # (B, T, (H + 2 H_kv) D)
         qkv = qkv.view(B, T, H + 2 * H_kv, self.D).transpose(1, 2)              # (B, H + 2 H_kv, T, D)
         qk = apply_rope_fast(qkv[:, :H + H_kv], cos, sin)                        # rotate queries and keys together
         q, k, v = qk[:, :H], qk[:, H:], qkv[:, H + H_kv:]                        # (B, H, T, D), (B, H_kv, T, D) x 2
@@ -141,13 +144,14 @@ class Attention(nn.Module):
             attend = getattr(cache, 'compute_attention', None)                   # a cache may compute attention itself (chapter 11)
             if attend is not None:
                 y = attend(self.layer_idx, q, k, v, mask)                        # (B, H, T, D)
-                return linear(self.o_proj, y.transpose(1, 2).reshape(B, T, H * self.D))
+                return y.transpose(1, 2).reshape(B, T, H * self.D)
         gqa = H != H_kv
         if mask is None and cache is None:   # plain causal attention over the T new tokens
             y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=gqa)
         else:                                # mask: (B, 1, T, S) bool, or None when every key is visible
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-        return linear(self.o_proj, y.transpose(1, 2).reshape(B, T, H * self.D))
+        return y.transpose(1, 2).reshape(B, T, H * self.D)
+
 
 # %% ../nbs/00_model.ipynb #8c8e5a16
 class MLP(nn.Module):
