@@ -13,7 +13,7 @@ outputs: the way to rerun a few benchmark cells without the minutes of tests aro
 
 Timings are only worth saving from a quiet machine. `--pause-others` stops (SIGSTOP) every other python, node, chromium and
 jupyter process of this machine that is not part of this run while it runs (those started meanwhile within a second), and
-resumes them (SIGCONT) when it ends, however it ends; it prints the load average before the first cell. A light job that must
+resumes them (SIGCONT) when it ends, however it ends (SIGTERM from `timeout` or `kill` included; not SIGKILL); it prints the load average before the first cell. A light job that must
 keep running meanwhile (an editor script, not a benchmark) can set MINILLM_NO_PAUSE=1 in its environment.
 
 Hangs: every run has a per-cell time limit (--timeout, seconds); a cell that exceeds it stops the run with its index, id
@@ -101,11 +101,18 @@ def notebook_client(nb, path:Path, timeout:int):
             kc = await super().async_start_new_kernel_client()
             kc.shell_channel.get_msg = _sliced_get_msg(kc.shell_channel, self.poll_stats)
             return kc
-    def started(cell, cell_index, **kw): client.current = (cell_index, cell.get('id'), time.time())
+    def started(cell, cell_index, **kw): client.current, client.late_before = (cell_index, cell.get('id'), time.time()), client.poll_stats['late']
+    def finished(cell, cell_index, **kw):
+        if client.poll_stats['late'] > client.late_before: client.poll_stats['cells'].append(cell.get('id'))
     client = Client(nb, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(path.parent)}},
-                    on_cell_execute=started)
-    client.current, client.poll_stats = None, {'late': 0}
+                    on_cell_execute=started, on_cell_executed=finished)
+    client.current, client.late_before, client.poll_stats = None, 0, {'late': 0, 'cells': []}
     return client
+
+def late_note(client) -> str:
+    "How many kernel replies only a re-poll found, and in which cells ('' when none)."
+    st = client.poll_stats
+    return f"{st['late']} kernel replies picked up by a re-poll (cells {', '.join(st['cells'])})" if st['late'] else ''
 
 def where(client) -> str:
     "Which cell `client` was running, for an error message: index, id, first line and seconds."
@@ -119,8 +126,10 @@ HEAVY = ('python', 'node', 'chromium', 'chrome', 'jupyter')
 class paused_others:
     "Within `with paused_others():`, every other heavy process (python, node, chromium, jupyter) of this machine is stopped (SIGSTOP), those started meanwhile too."
     def __enter__(self):
-        import atexit, threading
+        import atexit, signal, threading
         self.stopped, self.done = {}, threading.Event()
+        # `timeout` and `kill` send SIGTERM, which by default ends Python without running atexit: everyone would stay stopped
+        self._old_term = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         self._scan()
         atexit.register(self.resume)
         print(f"paused {len(self.stopped)} other processes", flush=True)
@@ -149,7 +158,9 @@ class paused_others:
         print(f"resumed {len(self.stopped)} processes", flush=True)
         self.stopped = {}
     def __exit__(self, *exc):
+        import signal
         self.done.set(); self.thread.join(); self.resume()
+        signal.signal(signal.SIGTERM, self._old_term)
 
 def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=1800, only_cells:set[str]|None=None):
     "Run `path` in a real Jupyter kernel (widgets and progress bars render as in JupyterLab), skipping flagged cells."
@@ -191,8 +202,8 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=1800, on
             if c.get('id') in keep: c.outputs = next(d.outputs for d in nb.cells if d.get('id') == c.get('id'))
         nb = disk
     nbformat.write(tidy(nb), path)
-    late = client.poll_stats['late']
-    print(f"ran   {path} in {time.time() - t0:.0f} s" + (f" ({late} kernel replies picked up by a re-poll)" if late else '')); return True
+    note = late_note(client)
+    print(f"ran   {path} in {time.time() - t0:.0f} s" + (f" ({note})" if note else '')); return True
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -33,7 +33,7 @@ import argparse, difflib, json, os, re, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_nb import cell_flags, _text, notebook_client, where                     # the same directive parser and text joiner as run_nb
+from run_nb import cell_flags, _text, notebook_client, where, late_note                     # the same directive parser and text joiner as run_nb
 
 ROOT = Path(__file__).resolve().parent.parent
 _re_num = re.compile(r'[-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?')
@@ -91,8 +91,8 @@ def execute(path:Path, skip:set[str], timeout:int=900) -> tuple[list|None, str]:
     except Exception as e: return None, f"{type(e).__name__} {where(client)}: {str(e)[-1500:]}"
     finally:
         if env_in_test is not None: os.environ['IN_TEST'] = env_in_test
-    late = client.poll_stats['late']
-    return nb.cells, f"; {late} kernel replies picked up by a re-poll" if late else ''
+    note = late_note(client)
+    return nb.cells, f"; {note}" if note else ''
 
 def stale_report(path:Path, skip:set[str], diff_lines:int=6, timeout:int=900) -> tuple[int, str]:
     "Rerun `path` (`timeout` s per cell) and compare; (number of stale cells, report text)."
