@@ -2,7 +2,7 @@
 """Find stale saved outputs and over-long code cells in the book's notebooks.
 
 Usage:
-  python tools/stale.py nbs/02_loop.ipynb [more.ipynb ...] [--skip "slow gpu"] [--only slow] [--diff-lines 6] [--timeout 900]
+  python tools/stale.py nbs/02_loop.ipynb [more.ipynb ...] [--skip "slow gpu"] [--only slow] [--diff-lines 6] [--timeout 1800]
   python tools/stale.py --long [paths ...] [--top 3] [--max-lines 60]
   python tools/stale.py --all            # every chapter in nbs/ (the rerun takes as long as the test suite)
 
@@ -12,8 +12,8 @@ the benchmarks and GPU cells) are not run and are listed as kept. For every cell
 results' text/plain, errors; PNG/HTML only by presence) is compared with the saved one, and the cells that differ are
 listed with the start of a diff and a `tools/run_nb.py --cells` command that reruns exactly them (after the cells they need).
 
-Each cell may run --timeout seconds (default 900); one that runs longer stops the rerun, which names it (index, id, first
-line). Kernel replies are polled in slices, as in tools/run_nb.py (whose docstring says why: widget cells could leave the
+Each cell may run --timeout seconds of wall-clock time (default 1800, which counts the minutes a quiet run of someone else's
+`--pause-others` keeps it stopped); one that runs longer stops the rerun, which names it (index, id, first line). Kernel replies are polled in slices, as in tools/run_nb.py (whose docstring says why: widget cells could leave the
 rerun waiting forever on an idle kernel).
 
 Timing and sampling cells are compared only in shape, because their numbers change from run to run:
@@ -79,7 +79,7 @@ def shape(text:str, kind:str) -> str:
         return f"{len(text.splitlines())} lines {kinds}"
     return text
 
-def execute(path:Path, skip:set[str], timeout:int=900) -> tuple[list|None, str]:
+def execute(path:Path, skip:set[str], timeout:int=1800) -> tuple[list|None, str]:
     "Run a copy of notebook `path` (flagged cells blanked, `timeout` s per cell); its cells with fresh outputs (or None) and a note."
     import nbformat
     nb = nbformat.read(path, as_version=4)
@@ -94,7 +94,7 @@ def execute(path:Path, skip:set[str], timeout:int=900) -> tuple[list|None, str]:
     note = late_note(client)
     return nb.cells, f"; {note}" if note else ''
 
-def stale_report(path:Path, skip:set[str], diff_lines:int=6, timeout:int=900) -> tuple[int, str]:
+def stale_report(path:Path, skip:set[str], diff_lines:int=6, timeout:int=1800) -> tuple[int, str]:
     "Rerun `path` (`timeout` s per cell) and compare; (number of stale cells, report text)."
     saved = json.loads(path.read_text())['cells']
     t0 = time.time()
@@ -152,7 +152,7 @@ def main():
     ap.add_argument('--top', type=int, default=3); ap.add_argument('--max-lines', type=int, default=60)
     ap.add_argument('--skip', default='slow gpu'); ap.add_argument('--only', default=None, help='flags to run although in --skip')
     ap.add_argument('--diff-lines', type=int, default=6)
-    ap.add_argument('--timeout', type=int, default=900, help='seconds one cell may run before the rerun stops and names it')
+    ap.add_argument('--timeout', type=int, default=1800, help='seconds one cell may run before the rerun stops and names it')
     a = ap.parse_args()
     paths = sorted((ROOT / 'nbs').glob('*.ipynb')) if a.all or not a.paths else [Path(p).absolute() for p in a.paths]
     paths = [p for p in paths if not p.name.startswith('_')]
