@@ -2,7 +2,7 @@
 """Execute notebooks in place and save their outputs, as the docs show them.
 
 Usage: python tools/run_nb.py nbs/03_sampling.ipynb [more.ipynb] [--skip "slow gpu"] [--only slow] [--cells ID,ID]
-                              [--only-cells ID,ID] [--pause-others] [--tidy]
+                              [--only-cells ID,ID] [--pause-others] [--timeout 1800] [--tidy]
 
 Cells flagged with a word in --skip (default: `slow gpu`, the benchmark and GPU cells) are not run and keep their
 saved outputs; --only runs the unflagged cells plus cells with these flags; --cells reruns just the named cell ids
@@ -13,8 +13,15 @@ outputs: the way to rerun a few benchmark cells without the minutes of tests aro
 
 Timings are only worth saving from a quiet machine. `--pause-others` stops (SIGSTOP) every other python, node, chromium and
 jupyter process of this machine that is not part of this run while it runs (those started meanwhile within a second), and
-resumes them (SIGCONT) when it ends, however it ends; it prints the load average before the first cell. A light job that must
+resumes them (SIGCONT) when it ends, however it ends (SIGTERM from `timeout` or `kill` included; not SIGKILL); it prints the load average before the first cell. A light job that must
 keep running meanwhile (an editor script, not a benchmark) can set MINILLM_NO_PAUSE=1 in its environment.
+
+Hangs: every run has a per-cell time limit (--timeout, seconds); a cell that exceeds it stops the run with its index, id
+and first line named. The kernel's replies are polled in one-second slices (`notebook_client`): a cell whose widget
+updates go back to the kernel (an ipywidgets `Output` filled from a slider callback, such as the `FrameView` explorers of
+03, 05, 10 and 11) could otherwise leave nbclient waiting forever for an execute reply the kernel had already sent, with
+both processes idle (nbclient's `OutputWidget` sends on the shell socket while the reply poll waits on that same asyncio
+socket; the wake-up is lost, jupyter/nbclient#312). The run prints how many replies were picked up only by a re-poll.
 
 Saved notebooks are tidied for a reader who opens them in JupyterLab before running anything (`--tidy` does only
 that, without running): a `python3` kernelspec (no "Select Kernel" dialog), no saved widget state (no stale models,
@@ -69,13 +76,60 @@ def cell_flags(src:str) -> set[str]:
         flags.update(s[2:].replace(':', ' ').split())
     return flags
 
+POLL_SLICE = 1.0                                                     # seconds between re-polls of the kernel's shell socket
+
+def _sliced_get_msg(channel, stats:dict, slice_s:float=POLL_SLICE):
+    "An async `channel.get_msg(timeout)` that polls in `slice_s` slices, so a missed wake-up costs a slice, not the whole timeout."
+    from queue import Empty
+    async def get_msg(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = slice_s if deadline is None else max(0.0, min(slice_s, deadline - time.monotonic()))
+            t0 = time.monotonic()
+            if await channel.socket.poll(int(wait * 1000)):
+                if wait > 0 and time.monotonic() - t0 >= wait: stats['late'] += 1   # ready, but seen only when the slice ran out
+                return await channel._recv()
+            if deadline is not None and time.monotonic() >= deadline: raise Empty
+    return get_msg
+
+def notebook_client(nb, path:Path, timeout:int):
+    """An nbclient `NotebookClient` for `nb` (run from `path`'s folder) with a `timeout` per cell, a shell poll in slices
+    (see the module docstring), `.current` = (index, id, start time) of the cell running and `.poll_stats['late']`."""
+    from nbclient import NotebookClient
+    class Client(NotebookClient):
+        async def async_start_new_kernel_client(self):
+            kc = await super().async_start_new_kernel_client()
+            kc.shell_channel.get_msg = _sliced_get_msg(kc.shell_channel, self.poll_stats)
+            return kc
+    def started(cell, cell_index, **kw): client.current, client.late_before = (cell_index, cell.get('id'), time.time()), client.poll_stats['late']
+    def finished(cell, cell_index, **kw):
+        if client.poll_stats['late'] > client.late_before: client.poll_stats['cells'].append(cell.get('id'))
+    client = Client(nb, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(path.parent)}},
+                    on_cell_execute=started, on_cell_executed=finished)
+    client.current, client.late_before, client.poll_stats = None, 0, {'late': 0, 'cells': []}
+    return client
+
+def late_note(client) -> str:
+    "How many kernel replies only a re-poll found, and in which cells ('' when none)."
+    st = client.poll_stats
+    return f"{st['late']} kernel replies picked up by a re-poll (cells {', '.join(st['cells'])})" if st['late'] else ''
+
+def where(client) -> str:
+    "Which cell `client` was running, for an error message: index, id, first line and seconds."
+    if client.current is None: return 'before the first cell'
+    i, cid, t0 = client.current
+    first = next((l for l in client.nb.cells[i].source.splitlines() if l.strip() and not l.startswith('#|')), '')
+    return f"in cell {i} ({cid}: {first[:60]!r}) after {time.time() - t0:.0f} s"
+
 HEAVY = ('python', 'node', 'chromium', 'chrome', 'jupyter')
 
 class paused_others:
     "Within `with paused_others():`, every other heavy process (python, node, chromium, jupyter) of this machine is stopped (SIGSTOP), those started meanwhile too."
     def __enter__(self):
-        import atexit, threading
+        import atexit, signal, threading
         self.stopped, self.done = {}, threading.Event()
+        # `timeout` and `kill` send SIGTERM, which by default ends Python without running atexit: everyone would stay stopped
+        self._old_term = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         self._scan()
         atexit.register(self.resume)
         print(f"paused {len(self.stopped)} other processes", flush=True)
@@ -104,12 +158,13 @@ class paused_others:
         print(f"resumed {len(self.stopped)} processes", flush=True)
         self.stopped = {}
     def __exit__(self, *exc):
+        import signal
         self.done.set(); self.thread.join(); self.resume()
+        signal.signal(signal.SIGTERM, self._old_term)
 
-def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600, only_cells:set[str]|None=None):
+def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=1800, only_cells:set[str]|None=None):
     "Run `path` in a real Jupyter kernel (widgets and progress bars render as in JupyterLab), skipping flagged cells."
     import nbformat
-    from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
     stash = {}
     if only_cells is not None:
@@ -129,10 +184,10 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600, on
         if not run_it: stash[i] = (c.source, c.outputs); c.source = ''   # kept as saved
     env_in_test = os.environ.pop('IN_TEST', None)
     t0 = time.time()
-    client = NotebookClient(nb, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(path.parent)}})
+    client = notebook_client(nb, path, timeout)
     try: client.execute()
     except Exception as e:
-        print(f"{type(e).__name__}: {str(e)[-3000:]}", file=sys.stderr)
+        print(f"{type(e).__name__} {where(client)}: {str(e)[-3000:]}", file=sys.stderr)
         for i, (src, outs) in stash.items(): nb.cells[i].source, nb.cells[i].outputs = src, outs
         partial = Path(tempfile.gettempdir())/(path.stem + '.failed.ipynb')  # what ran, for inspection (outside nbs/)
         nbformat.write(nb, partial)
@@ -147,7 +202,8 @@ def run(path:Path, skip:set[str], cells:set[str]|None=None, timeout:int=3600, on
             if c.get('id') in keep: c.outputs = next(d.outputs for d in nb.cells if d.get('id') == c.get('id'))
         nb = disk
     nbformat.write(tidy(nb), path)
-    print(f"ran   {path} in {time.time() - t0:.0f} s"); return True
+    note = late_note(client)
+    print(f"ran   {path} in {time.time() - t0:.0f} s" + (f" ({note})" if note else '')); return True
 
 if __name__ == '__main__':
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,6 +213,7 @@ if __name__ == '__main__':
     ap.add_argument('--cells', default=None, help='comma-separated cell ids to rerun (even if flagged), after the unflagged cells they need; only their outputs are saved')
     ap.add_argument('--only-cells', default=None, help='comma-separated cell ids: run only these (after the definitions), keep all else')
     ap.add_argument('--pause-others', action='store_true', help='SIGSTOP other heavy processes while running (for timings)')
+    ap.add_argument('--timeout', type=int, default=1800, help='seconds one cell may run before the run stops and names it')
     ap.add_argument('--tidy', action='store_true', help='only tidy the notebooks for JupyterLab, without running them')
     a = ap.parse_args()
     if a.tidy:
@@ -172,5 +229,5 @@ if __name__ == '__main__':
     import contextlib
     with (paused_others() if a.pause_others else contextlib.nullcontext()):
         print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
-        ok = all([run(Path(p).absolute(), skip, cells, only_cells=only) for p in a.paths])
+        ok = all([run(Path(p).absolute(), skip, cells, a.timeout, only_cells=only) for p in a.paths])
     sys.exit(0 if ok else 1)

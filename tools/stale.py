@@ -2,7 +2,7 @@
 """Find stale saved outputs and over-long code cells in the book's notebooks.
 
 Usage:
-  python tools/stale.py nbs/02_loop.ipynb [more.ipynb ...] [--skip "slow gpu"] [--only slow] [--diff-lines 6]
+  python tools/stale.py nbs/02_loop.ipynb [more.ipynb ...] [--skip "slow gpu"] [--only slow] [--diff-lines 6] [--timeout 1800]
   python tools/stale.py --long [paths ...] [--top 3] [--max-lines 60]
   python tools/stale.py --all            # every chapter in nbs/ (the rerun takes as long as the test suite)
 
@@ -11,6 +11,10 @@ tools/run_nb.py) on a copy; the notebook file is never changed. Cells flagged wi
 the benchmarks and GPU cells) are not run and are listed as kept. For every cell that ran, its fresh text output (stdout,
 results' text/plain, errors; PNG/HTML only by presence) is compared with the saved one, and the cells that differ are
 listed with the start of a diff and a `tools/run_nb.py --cells` command that reruns exactly them (after the cells they need).
+
+Each cell may run --timeout seconds of wall-clock time (default 1800, which counts the minutes a quiet run of someone else's
+`--pause-others` keeps it stopped); one that runs longer stops the rerun, which names it (index, id, first line). Kernel replies are polled in slices, as in tools/run_nb.py (whose docstring says why: widget cells could leave the
+rerun waiting forever on an idle kernel).
 
 Timing and sampling cells are compared only in shape, because their numbers change from run to run:
   - a cell is a *timing* cell if it carries `#| timing` (or `#| slow`, when --only slow runs it), or its source times
@@ -29,7 +33,7 @@ import argparse, difflib, json, os, re, sys, tempfile, time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_nb import cell_flags, _text                     # the same directive parser and text joiner as run_nb
+from run_nb import cell_flags, _text, notebook_client, where, late_note                     # the same directive parser and text joiner as run_nb
 
 ROOT = Path(__file__).resolve().parent.parent
 _re_num = re.compile(r'[-+]?(?:\d[\d,_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?')
@@ -75,25 +79,26 @@ def shape(text:str, kind:str) -> str:
         return f"{len(text.splitlines())} lines {kinds}"
     return text
 
-def execute(path:Path, skip:set[str]) -> tuple[list|None, str]:
-    "Run a copy of notebook `path` (flagged cells blanked); its cells with fresh outputs, or None and the error."
+def execute(path:Path, skip:set[str], timeout:int=1800) -> tuple[list|None, str]:
+    "Run a copy of notebook `path` (flagged cells blanked, `timeout` s per cell); its cells with fresh outputs (or None) and a note."
     import nbformat
-    from nbclient import NotebookClient
     nb = nbformat.read(path, as_version=4)
     for c in nb.cells:
         if c.cell_type == 'code' and (cell_flags(c.source) & skip or 'nbdev_export(' in c.source): c.source = ''
     env_in_test = os.environ.pop('IN_TEST', None)
-    try: NotebookClient(nb, timeout=3600, kernel_name='python3', resources={'metadata': {'path': str(path.parent)}}).execute()
-    except Exception as e: return None, f"{type(e).__name__}: {str(e)[-1500:]}"
+    client = notebook_client(nb, path, timeout)
+    try: client.execute()
+    except Exception as e: return None, f"{type(e).__name__} {where(client)}: {str(e)[-1500:]}"
     finally:
         if env_in_test is not None: os.environ['IN_TEST'] = env_in_test
-    return nb.cells, ''
+    note = late_note(client)
+    return nb.cells, f"; {note}" if note else ''
 
-def stale_report(path:Path, skip:set[str], diff_lines:int=6) -> tuple[int, str]:
-    "Rerun `path` and compare; (number of stale cells, report text)."
+def stale_report(path:Path, skip:set[str], diff_lines:int=6, timeout:int=1800) -> tuple[int, str]:
+    "Rerun `path` (`timeout` s per cell) and compare; (number of stale cells, report text)."
     saved = json.loads(path.read_text())['cells']
     t0 = time.time()
-    fresh, err = execute(path, skip)
+    fresh, err = execute(path, skip, timeout)
     rel = _rel(path)
     if fresh is None: return 1, f"FAIL  {rel}: the notebook did not run through ({err})"
     lines, stale, kept, by_kind = [], [], [], {'exact': 0, 'timing': 0, 'sampling': 0}
@@ -120,7 +125,7 @@ def stale_report(path:Path, skip:set[str], diff_lines:int=6) -> tuple[int, str]:
         if len(d) > diff_lines: lines.append(f"      ... {len(d) - diff_lines} more diff lines")
     head = (f"{'STALE' if stale else 'OK   '} {rel}: {len(stale)} of {sum(by_kind.values())} cells that ran differ "
             f"(compared exactly {by_kind['exact']}, timing in shape {by_kind['timing']}, sampling in shape {by_kind['sampling']}); "
-            f"{len(kept)} flagged cells kept as saved; ran in {time.time() - t0:.0f} s")
+            f"{len(kept)} flagged cells kept as saved; ran in {time.time() - t0:.0f} s{err}")
     if stale: lines.append(f"  rerun them: PYTHONPATH=$PWD python tools/run_nb.py {rel} --cells {','.join(stale)} && nbdev_clean")
     return len(stale), '\n'.join([head] + lines)
 
@@ -147,6 +152,7 @@ def main():
     ap.add_argument('--top', type=int, default=3); ap.add_argument('--max-lines', type=int, default=60)
     ap.add_argument('--skip', default='slow gpu'); ap.add_argument('--only', default=None, help='flags to run although in --skip')
     ap.add_argument('--diff-lines', type=int, default=6)
+    ap.add_argument('--timeout', type=int, default=1800, help='seconds one cell may run before the rerun stops and names it')
     a = ap.parse_args()
     paths = sorted((ROOT / 'nbs').glob('*.ipynb')) if a.all or not a.paths else [Path(p).absolute() for p in a.paths]
     paths = [p for p in paths if not p.name.startswith('_')]
@@ -159,7 +165,7 @@ def main():
     skip = set(a.skip.split()) - set((a.only or '').split())
     total = 0
     for p in paths:
-        n, r = stale_report(p, skip, a.diff_lines)
+        n, r = stale_report(p, skip, a.diff_lines, a.timeout)
         print(r, flush=True); total += n
     print(f"{total} stale cells in {len(paths)} notebooks")
     sys.exit(1 if total else 0)
