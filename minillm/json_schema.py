@@ -335,6 +335,43 @@ def _object_regex(s:dict, rec, ws:str) -> str:
     if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
     return r'\{' + ws + body + ws + r'\}'
 
+# %% ../nbs/05c_json_schema.ipynb #cc000056-t0
+def _enum_regex(s:dict, rec) -> str:
+    "An `enum` or `const`: the values, written as JSON, that the rest of the schema admits (checked on its automaton)."
+    vals = [s['const']] if 'const' in s else s['enum']
+    if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
+    if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
+    rest = {k: v for k, v in s.items() if k in SUPPORTED and k not in ('enum', 'const')}
+    texts = [json.dumps(v, ensure_ascii=False) for v in vals]
+    if rest:
+        check = regex_to_dfa(rec(rest))
+        texts = [t for t in texts if check.fullmatch(t)]
+    if not texts: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
+    return '(' + '|'.join(re.escape(t) for t in dict.fromkeys(texts)) + ')'
+
+def _typed_regex(s:dict, rec, ws:str) -> str:
+    "One regex per type the schema admits (its `type`, or, without one, the types whose keywords it uses), as alternatives."
+    ts = _types(s)
+    if 'type' not in s:                                          # no type: only the types whose keywords appear (a sound narrowing)
+        named = {t for t in ('string', 'number', 'array', 'object') if any(k in s for k in KEYWORDS[t])}
+        if named: ts = named
+    if 'number' in ts: ts.discard('integer')
+    parts = []
+    for t in sorted(ts, key=TYPES.index):
+        try:
+            if t == 'string': parts.append(_string_regex(s))
+            elif t in ('integer', 'number'):
+                if s.get('multipleOf'): raise ValueError("JSON schema feature not supported: 'multipleOf'")
+                parts.append(_number_regex(s, t == 'integer'))
+            elif t == 'boolean': parts.append('(true|false)')
+            elif t == 'null': parts.append('null')
+            elif t == 'array': parts.append(_array_regex(s, rec, ws))
+            else: parts.append(_object_regex(s, rec, ws))
+        except _Empty:
+            if len(ts) == 1: raise
+    if not parts: raise _Empty(f"JSON schema: no value satisfies {s}")
+    return parts[0] if len(parts) == 1 else '(' + '|'.join(parts) + ')'
+
 # %% ../nbs/05c_json_schema.ipynb #cc000056
 def schema_to_regex(schema, ws:str=r'[ ]?', _depth:int=0, _root=None, _refs:tuple=()) -> str:
     "A regex whose strings are JSON texts valid against `schema`; a keyword it cannot enforce raises a ValueError naming it."
@@ -381,37 +418,8 @@ def schema_to_regex(schema, ws:str=r'[ ]?', _depth:int=0, _root=None, _refs:tupl
             return '(' + '|'.join(parts) + ')'
     if (bad := sorted(k for k in s if k in REFUSED or (k in ('uniqueItems', 'multipleOf') and s[k]))):
         if bad != ['uniqueItems']: raise ValueError(f"JSON schema feature(s) not supported: {', '.join(bad)} (supported: {', '.join(sorted(SUPPORTED - {'multipleOf', 'uniqueItems'}))})")
-    if 'enum' in s or 'const' in s:                              # a finite set: keep the values the rest of the schema admits
-        vals = [s['const']] if 'const' in s else s['enum']
-        if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-        if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
-        rest = {k: v for k, v in s.items() if k in SUPPORTED and k not in ('enum', 'const')}
-        texts = [json.dumps(v, ensure_ascii=False) for v in vals]
-        if rest:
-            check = regex_to_dfa(rec(rest))
-            texts = [t for t in texts if check.fullmatch(t)]
-        if not texts: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
-        return '(' + '|'.join(re.escape(t) for t in dict.fromkeys(texts)) + ')'
-    ts = _types(s)
-    if 'type' not in s:                                          # no type: only the types whose keywords appear (a sound narrowing)
-        named = {t for t in ('string', 'number', 'array', 'object') if any(k in s for k in KEYWORDS[t])}
-        if named: ts = named
-    if 'number' in ts: ts.discard('integer')
-    parts = []
-    for t in sorted(ts, key=TYPES.index):
-        try:
-            if t == 'string': parts.append(_string_regex(s))
-            elif t in ('integer', 'number'):
-                if s.get('multipleOf'): raise ValueError("JSON schema feature not supported: 'multipleOf'")
-                parts.append(_number_regex(s, t == 'integer'))
-            elif t == 'boolean': parts.append('(true|false)')
-            elif t == 'null': parts.append('null')
-            elif t == 'array': parts.append(_array_regex(s, rec, ws))
-            else: parts.append(_object_regex(s, rec, ws))
-        except _Empty:
-            if len(ts) == 1: raise
-    if not parts: raise _Empty(f"JSON schema: no value satisfies {s}")
-    return parts[0] if len(parts) == 1 else '(' + '|'.join(parts) + ')'
+    if 'enum' in s or 'const' in s: return _enum_regex(s, rec)     # a finite set: keep the values the rest of the schema admits
+    return _typed_regex(s, rec, ws)
 
 # %% ../nbs/05c_json_schema.ipynb #gs000010
 class _RuleBuilder:
