@@ -57,7 +57,7 @@ class _Sampling(_Body):
     repetition_penalty: float = Field(1.0, gt=0, le=10)
     min_tokens: int = Field(0, ge=0)
     ignore_eos: bool = False
-    response_format: dict | None = None                        # chapter 05a: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
+    response_format: dict | None = None                        # chapter 05c: {"type": "json_object"} or {"type": "json_schema", "json_schema": {...}}
     grammar: str | None = None                                 # chapter 05b: a GBNF grammar (vLLM's extra body field; `guided_grammar` is its older name)
     guided_grammar: str | None = None
 
@@ -132,8 +132,8 @@ def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> Samplin
         top = (req.top_logprobs or 0) if req.logprobs else 0
     else: top = req.logprobs or 0
     constraint = None
-    if req.response_format is not None:                        # structured output (chapter 05a), compiled once per schema
-        from minillm.constrained import response_format_constraint
+    if req.response_format is not None:                        # structured output (chapter 05c), compiled once per schema
+        from minillm.json_schema import response_format_constraint
         try: constraint = response_format_constraint(req.response_format)
         except ValueError as e: raise APIError(f"response_format: {e}", param='response_format', code='invalid_response_format') from None
     if req.grammar is not None or req.guided_grammar is not None:   # a GBNF grammar (chapter 05b), compiled once per text
