@@ -329,7 +329,7 @@ def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states, depth:int|None=N
     walk first follows only the children of live nodes (outside a string most of the trie dies at the first byte) and switches to
     05a's whole-level pass once a level has more than `SPARSE_MAX` live nodes (inside a string almost every token lives). States met
     for the first time get their rows computed on the way; `table[DEAD]` is the recognizer's all-DEAD last row. With `depth`, only
-    tokens of at most that many bytes are walked (longer ones end DEAD); `clip(states, nodes)` maps the states of each level (see `GrammarIndex`)."""
+    tokens of at most that many bytes are walked (longer ones end DEAD); `clip(states, depth)` maps the states of each whole level (see `GrammarIndex`)."""
     kids, first, count = _children(vocab)
     D = len(vocab.levels) - 1 if depth is None else min(depth, len(vocab.levels) - 1)
     clip = clip or (lambda st, nodes: st)
@@ -344,13 +344,13 @@ def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states, depth:int|None=N
             child = kids[np.repeat(first[nodes] - np.cumsum(n) + n, n) + np.arange(n.sum())]
             st = pda.table[np.repeat(st, n), vocab.byte[child]]
             nodes, st, d = child[st >= 0], st[st >= 0], d + 1
-            st = at[nodes] = clip(st, nodes)
+            at[nodes] = st                                         # (not clipped: few nodes, few states)
         if len(nodes) and d < D:                                   # dense: whole levels from depth d + 1 on
             for j in range(d, D):
                 lo, hi = vocab.levels[j], vocab.levels[j + 1]
                 par = at[vocab.parent[lo:hi]]
                 _fill(pda, par)
-                at[lo:hi] = clip(pda.table[par, vocab.byte[lo:hi]], slice(lo, hi))
+                at[lo:hi] = clip(pda.table[par, vocab.byte[lo:hi]], j + 1)
         out[k] = at[vocab.node_of]
     out[:, ~vocab.has_bytes] = DEAD
     return out
@@ -373,9 +373,9 @@ def clip(self:GrammarAutomaton, s:int, r:int) -> int:
 _SPLITS = weakref.WeakKeyDictionary()
 def _split(vocab:TokenVocab, most:int=512):
     """(L, r_short, long_ids, levels) of a vocabulary. `L` is the smallest depth with at most `most` trie nodes below it; `long_ids`
-    are the tokens longer than L bytes and `levels[j]` = (nodes, r) the trie nodes of depth j + 1 on the way to them. At every node
-    r says how many bytes a token may still read below it, rounded up to a power of two `2**r` (`r_short`: counting only the tokens
-    of at most L bytes, `levels`: only the longer ones). Made once per vocabulary."""
+    are the tokens longer than L bytes and `levels[j]` = (nodes, their parents, their bytes, r) the trie nodes of depth j + 1 on the way to them. At every node
+    r says how many bytes a token may still read below it, rounded up to a power of two `2**r` (`r_short[d]`: the largest at depth
+    d, counting only the tokens of at most L bytes; `levels`: per node, counting only the longer ones). Made once per vocabulary."""
     if vocab not in _SPLITS:
         lv, n = vocab.levels, vocab.n_nodes
         L = next(d for d in range(1, len(lv)) if n - lv[d] <= most)       # lv[d]: the first node deeper than d bytes
@@ -388,8 +388,11 @@ def _split(vocab:TokenVocab, most:int=512):
         lens = np.array([len(b) if b else 0 for b in vocab.bytes])
         long_ids = np.nonzero(lens > L)[0]
         r_long = r_of(long_ids)
-        levels = [(nodes, r_long[nodes]) for j in range(len(lv) - 1) if len(nodes := np.nonzero(r_long[lv[j]:lv[j + 1]] >= 0)[0] + lv[j])]
-        _SPLITS[vocab] = L, np.maximum(r_of(np.nonzero((lens > 0) & (lens <= L))[0]), 0), long_ids, levels
+        levels = [(nodes, vocab.parent[nodes], vocab.byte[nodes], r_long[nodes]) for j in range(len(lv) - 1)
+                  if len(nodes := np.nonzero(r_long[lv[j]:lv[j + 1]] >= 0)[0] + lv[j])]
+        r_short = np.maximum(r_of(np.nonzero((lens > 0) & (lens <= L))[0]), 0)
+        r_short = np.array([r_short[0]] + [r_short[lv[d - 1]:lv[d]].max() for d in range(1, L + 1)])   # per depth: its largest
+        _SPLITS[vocab] = L, r_short, long_ids, levels
     return _SPLITS[vocab]
 
 def walk_long(ix, s:int) -> np.ndarray:
@@ -398,11 +401,11 @@ def walk_long(ix, s:int) -> np.ndarray:
     pda, vocab = ix.dfa, ix.vocab
     L, _, long_ids, levels = _split(vocab)
     at = np.full(vocab.n_nodes, DEAD, np.int32); at[0] = s
-    for nodes, r in levels:
-        par = at[vocab.parent[nodes]]
+    for nodes, parent, byte, r in levels:
+        par = at[parent]
         if (par < 0).all(): break
         _fill(pda, par)
-        at[nodes] = ix.clipped(pda.table[par, vocab.byte[nodes]], r)
+        at[nodes] = ix.clipped(pda.table[par, byte], r)
     ok = np.zeros(vocab.V, bool); ok[long_ids] = at[vocab.node_of[long_ids]] >= 0
     return ok
 
@@ -446,7 +449,7 @@ class GrammarIndex(TokenIndex):
         if state in self.banned: return self.banned[state]
         if not self.fast: self._add([state]); return self.banned[state]
         k = int(self.clipped(np.array([state]), self.r_short[0])[0])        # r_short[0]: 2**r >= L, at the root
-        if k not in self.short: self.short[k] = walk_tokens(self.dfa, self.vocab, [k], self.L, lambda st, nodes: self.clipped(st, self.r_short[nodes]))[0] >= 0
+        if k not in self.short: self.short[k] = walk_tokens(self.dfa, self.vocab, [k], self.L, lambda st, d: self.clipped(st, self.r_short[d]))[0] >= 0
         kl = int(self.clipped(np.array([state]), len(self.canon) - 1)[0])   # clipped for every token's length
         if kl not in self.long: self.long[kl] = walk_long(self, kl)
         ban = torch.from_numpy(~(self.short[k] | self.long[kl]))
