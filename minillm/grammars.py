@@ -369,6 +369,16 @@ def clip(self:GrammarAutomaton, s:int, r:int) -> int:
         return p + N * (lo - m) if lo - c >= m else e                       # far below lo, or near it (exact)
     return self._intern(frozenset(tuple(map(entry, st)) for st in self.sets[s])) if s >= 0 else s
 
+
+@patch
+def counted(self:GrammarAutomaton, s:int) -> bool:
+    "True when a stack of state `s` holds a bounded count that `clip` could change (a repetition with an upper bound and a body that reads)."
+    if not hasattr(self, '_counted'): self._counted = {}
+    if s not in self._counted:
+        self._counted[s] = any(self.kind[e % self.N] == _REP and self.a3[e % self.N] >= 0 and not self.nullable[self.a1[e % self.N]]
+                               for st in self.sets[s] for e in st)
+    return self._counted[s]
+
 # %% ../nbs/05b_grammars.ipynb #gc000041-s1
 _SPLITS = weakref.WeakKeyDictionary()
 def _split(vocab:TokenVocab, most:int=512):
@@ -413,7 +423,7 @@ def walk_long(ix, s:int) -> np.ndarray:
 class GrammarIndex(TokenIndex):
     """05a's `TokenIndex` over a `GrammarAutomaton`: the same masks and prefix cache. A mask is the OR of two exact walks: tokens of at
     most `L` bytes walked from the state clipped for `L` bytes (cached under that state: every count of a long string shares it), and
-    the few longer tokens walked from the state itself. `fast=False` walks every token from the state (and builds its row of end states)."""
+    the few longer tokens walked from the state itself. A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states)."""
     def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True):
         super().__init__(dfa, vocab, block)
         self.fast, self.short, self.long, (self.L, self.r_short) = fast, {}, {}, _split(vocab)[:2]
@@ -447,7 +457,7 @@ class GrammarIndex(TokenIndex):
     def mask(self, state:int) -> torch.Tensor:
         "Bool `(V,)`: True for every token forbidden in `state`."
         if state in self.banned: return self.banned[state]
-        if not self.fast: self._add([state]); return self.banned[state]
+        if not self.fast or not self.dfa.counted(state): self._add([state]); return self.banned[state]   # no bound: 05a's walk
         k = int(self.clipped(np.array([state]), self.r_short[0])[0])        # r_short[0]: 2**r >= L, at the root
         if k not in self.short: self.short[k] = walk_tokens(self.dfa, self.vocab, [k], self.L, lambda st, d: self.clipped(st, self.r_short[d]))[0] >= 0
         kl = int(self.clipped(np.array([state]), len(self.canon) - 1)[0])   # clipped for every token's length
