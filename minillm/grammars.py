@@ -15,8 +15,8 @@ from .constrained import (DEAD, Constraint, TokenIndex, TokenVocab, _negate, _no
 from .constrained import SCHEMA_PATHS
 
 # %% auto #0
-__all__ = ['SPARSE_MAX', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'GrammarIndex', 'GrammarConstraint',
-           'compile_grammar']
+__all__ = ['SPARSE_MAX', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'walk_long', 'GrammarIndex',
+           'GrammarConstraint', 'compile_grammar', 'mask_walks']
 
 # %% ../nbs/05b_grammars.ipynb #gc000021
 @dataclass
@@ -41,9 +41,11 @@ class _GBNFParser:
     def rule_id(self, name):
         if name not in self.names: self.names.append(name); self.rules.append(None)
         return self.names.index(name)
+    def fresh(self, base, k):                                    # a helper rule's name, base#k with k counted up until unused
+        while f"{base}#{k}" in self.names: k += 1
+        return self.rule_id(f"{base}#{k}")
     def new_rule(self, base, alts):
-        k = sum(n.startswith(base + '#') for n in self.names) + 1
-        r = self.rule_id(f"{base}#{k}"); self.rules[r] = alts; return r
+        r = self.fresh(base, sum(n.startswith(base + '#') for n in self.names) + 1); self.rules[r] = alts; return r
     def ws(self, newlines):                                      # skip spaces and comments (and newlines inside a group or after '|')
         while self.i < len(self.s):
             c = self.s[self.i]
@@ -151,9 +153,9 @@ def repeat(self:_GBNFParser, nm, item):
     if c == '{' or hi is None and lo > 1:                    # x{lo,hi}: one counted position (see GrammarAutomaton), not hi copies
         return [('n', item[1] if item[0] == 'r' else self.new_rule(nm, [[item]]), lo, hi)]
     if hi is None:                                           # x* and x+: R ::= x R | (empty)
-        r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item, ('r', r)], []]
+        r = self.fresh(nm, len(self.names)); self.rules[r] = [[item, ('r', r)], []]
         return [item] * lo + [('r', r)]
-    r = self.rule_id(f"{nm}#{len(self.names)}"); self.rules[r] = [[item], []]   # x?
+    r = self.fresh(nm, len(self.names)); self.rules[r] = [[item], []]   # x?
     return [('r', r)]
 
 # %% ../nbs/05b_grammars.ipynb #gc000021-s2
@@ -208,7 +210,7 @@ class GrammarAutomaton:
     (entry `p + N*c`), so `maxLength: 32767` is a counter, not 32767 positions. States are numbered the first time they are met and each one's 256 transitions are computed once, so it has the
     interface chapter 05a's `TokenIndex` walks: `start`, `accept[s]`, `walk`, and rows of next states."""
     def __init__(self, grammar:Grammar, max_states:int=200_000):
-        _check_grammar(grammar)
+        self.nullable = _check_grammar(grammar)                   # rule -> derives the empty string (see clip)
         self.grammar, self.max_states, self.pattern = grammar, max_states, f"grammar {grammar.names[grammar.root]}"
         kind, a1, a2, a3, self.alts = [], [], [], [], []
         for alts in grammar.rules:                                 # flatten every alternative into one array of positions
@@ -273,14 +275,14 @@ def _intern(self:GrammarAutomaton, stacks:frozenset) -> int:
 def row(self:GrammarAutomaton, s:int) -> np.ndarray:
     "The next state after each of the 256 bytes from state `s` (DEAD where the byte is not allowed), computed on first use."
     if self.table[s, 0] == -2:
-        nxt = {}
-        for st in self.sets[s]:
-            if not st: continue
-            p = st[-1]
-            adv = self._expand(st[:-1] + (p + 1,))            # read the byte range at the top, then go on
-            for b in range(self.a1[p], self.a2[p] + 1): nxt.setdefault(b, set()).update(adv)
+        tops = [(st[-1], self._expand(st[:-1] + (st[-1] + 1,))) for st in self.sets[s] if st]   # read the byte range at the top, go on
+        cuts = sorted({x for p, _ in tops for x in (self.a1[p], self.a2[p] + 1)})
+        runs = []                                             # bytes lo..hi-1 are read by the same stacks: one next state
+        for lo, hi in zip(cuts, cuts[1:]):
+            if (on := [i for i, (p, _) in enumerate(tops) if self.a1[p] <= lo <= self.a2[p]]): runs.append((on[0], lo, hi, on))
         row = np.full(256, DEAD, np.int32)
-        for b, ss in nxt.items(): row[b] = self._intern(frozenset(ss))
+        for _, lo, hi, on in sorted(runs):                    # numbered in the order a byte-by-byte loop over the stacks meets them
+            row[lo:hi] = self._intern(frozenset(x for i in on for x in tops[i][1]))
         self.table[s] = row
     return self.table[s]
 
@@ -312,43 +314,120 @@ def _children(vocab:TokenVocab):
         _CHILDREN[vocab] = kids, first, count
     return _CHILDREN[vocab]
 
+def _fill(pda:GrammarAutomaton, st:np.ndarray):
+    "Compute the rows of the states in `st` met for the first time (DEAD entries skipped)."
+    st = st[st >= 0]
+    if (new := st[pda.table[st, 0] == -2]).size:
+        for u in np.unique(new): pda.row(int(u))
+
 SPARSE_MAX = 2048    # walk_tokens follows single live trie nodes while a level has at most this many, then whole levels
 
-def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states) -> np.ndarray:
+def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states, depth:int|None=None, clip=None) -> np.ndarray:
     """End state of every token `(len(states), V)` read from each of `states`. 05a walks every trie node level by level; here the
     walk first follows only the children of live nodes (outside a string most of the trie dies at the first byte) and switches to
     05a's whole-level pass once a level has more than `SPARSE_MAX` live nodes (inside a string almost every token lives). States met
-    for the first time get their rows computed on the way; `table[DEAD]` is the recognizer's all-DEAD last row."""
+    for the first time get their rows computed on the way; `table[DEAD]` is the recognizer's all-DEAD last row. With `depth`, only
+    tokens of at most that many bytes are walked (longer ones end DEAD); `clip(states, depth)` maps the states of each whole level (see `GrammarIndex`)."""
     kids, first, count = _children(vocab)
+    D = len(vocab.levels) - 1 if depth is None else min(depth, len(vocab.levels) - 1)
+    clip = clip or (lambda st, nodes: st)
     states = np.atleast_1d(np.asarray(states, dtype=np.int64))
     out = np.empty((len(states), vocab.V), np.int32)
-    def fill(st):                                                  # compute rows of states met for the first time
-        st = st[st >= 0]
-        if (new := st[pda.table[st, 0] == -2]).size:
-            for u in np.unique(new): pda.row(int(u))
     for k, s in enumerate(states):
         at = np.full(vocab.n_nodes, DEAD, np.int32); at[0] = s
-        nodes, st, depth = np.array([0]), np.array([s], np.int32), 0
-        while 0 < len(nodes) <= SPARSE_MAX:                        # sparse: live nodes and their children only
-            fill(st)
+        nodes, st, d = np.array([0]), np.array([s], np.int32), 0
+        while 0 < len(nodes) <= SPARSE_MAX and d < D:              # sparse: live nodes and their children only
+            _fill(pda, st)
             n = count[nodes]
             child = kids[np.repeat(first[nodes] - np.cumsum(n) + n, n) + np.arange(n.sum())]
             st = pda.table[np.repeat(st, n), vocab.byte[child]]
-            nodes, st, depth = child[st >= 0], st[st >= 0], depth + 1
-            at[nodes] = st
-        if len(nodes):                                             # dense: whole levels from depth + 1 on
-            for d in range(depth, len(vocab.levels) - 1):
-                lo, hi = vocab.levels[d], vocab.levels[d + 1]
+            nodes, st, d = child[st >= 0], st[st >= 0], d + 1
+            at[nodes] = st                                         # (not clipped: few nodes, few states)
+        if len(nodes) and d < D:                                   # dense: whole levels from depth d + 1 on
+            for j in range(d, D):
+                lo, hi = vocab.levels[j], vocab.levels[j + 1]
                 par = at[vocab.parent[lo:hi]]
-                fill(par)
-                at[lo:hi] = pda.table[par, vocab.byte[lo:hi]]
+                _fill(pda, par)
+                at[lo:hi] = clip(pda.table[par, vocab.byte[lo:hi]], j + 1)
         out[k] = at[vocab.node_of]
     out[:, ~vocab.has_bytes] = DEAD
     return out
 
+# %% ../nbs/05b_grammars.ipynb #gc000041-c1
+@patch
+def clip(self:GrammarAutomaton, s:int, r:int) -> int:
+    "A state that reads the same byte strings of up to `r` bytes as state `s`: every repetition count replaced by the smallest count that answers the bound checks of the next `r` bytes the same way (see the text)."
+    N, m = self.N, r + 2
+    def entry(e):
+        p, c = e % N, e // N
+        if self.kind[p] != _REP or self.nullable[self.a1[p]]: return e    # not a count, or one that may grow without reading
+        lo, hi = self.a2[p], self.a3[p]
+        if 0 <= hi - c < m: return e                                        # near the upper bound: exact
+        if c >= lo: return p + N * lo
+        return p + N * (lo - m) if lo - c >= m else e                       # far below lo, or near it (exact)
+    return self._intern(frozenset(tuple(map(entry, st)) for st in self.sets[s])) if s >= 0 else s
+
+
+@patch
+def counted(self:GrammarAutomaton, s:int) -> bool:
+    "True when a stack of state `s` holds a bounded count that `clip` could change (a repetition with an upper bound and a body that reads)."
+    if not hasattr(self, '_counted'): self._counted = {}
+    if s not in self._counted:
+        self._counted[s] = any(self.kind[e % self.N] == _REP and self.a3[e % self.N] >= 0 and not self.nullable[self.a1[e % self.N]]
+                               for st in self.sets[s] for e in st)
+    return self._counted[s]
+
+# %% ../nbs/05b_grammars.ipynb #gc000041-s1
+_SPLITS = weakref.WeakKeyDictionary()
+def _split(vocab:TokenVocab, most:int=512):
+    """(L, r_short, long_ids, levels) of a vocabulary. `L` is the smallest depth with at most `most` trie nodes below it; `long_ids`
+    are the tokens longer than L bytes and `levels[j]` = (nodes, their parents, their bytes, r) the trie nodes of depth j + 1 on the way to them. At every node
+    r says how many bytes a token may still read below it, rounded up to a power of two `2**r` (`r_short[d]`: the largest at depth
+    d, counting only the tokens of at most L bytes; `levels`: per node, counting only the longer ones). Made once per vocabulary."""
+    if vocab not in _SPLITS:
+        lv, n = vocab.levels, vocab.n_nodes
+        L = next(d for d in range(1, len(lv)) if n - lv[d] <= most)       # lv[d]: the first node deeper than d bytes
+        depth = np.concatenate([[0], np.repeat(np.arange(1, len(lv)), np.diff(lv))])
+        def r_of(ids):                                             # 2**r >= bytes left below each node, tokens `ids` only (-1: none)
+            end = np.full(n, -1); end[vocab.node_of[ids]] = [len(vocab.bytes[t]) for t in ids]
+            for j in range(len(lv) - 2, -1, -1):                   # deepest level first: a parent's longest is its children's
+                np.maximum.at(end, vocab.parent[lv[j]:lv[j + 1]], end[lv[j]:lv[j + 1]])
+            return np.where(end < 0, -1, np.ceil(np.log2(np.maximum(end - depth, 1)))).astype(np.int64)
+        lens = np.array([len(b) if b else 0 for b in vocab.bytes])
+        long_ids = np.nonzero(lens > L)[0]
+        r_long = r_of(long_ids)
+        levels = [(nodes, vocab.parent[nodes], vocab.byte[nodes], r_long[nodes]) for j in range(len(lv) - 1)
+                  if len(nodes := np.nonzero(r_long[lv[j]:lv[j + 1]] >= 0)[0] + lv[j])]
+        r_short = np.maximum(r_of(np.nonzero((lens > 0) & (lens <= L))[0]), 0)
+        r_short = np.array([r_short[0]] + [r_short[lv[d - 1]:lv[d]].max() for d in range(1, L + 1)])   # per depth: its largest
+        _SPLITS[vocab] = L, r_short, long_ids, levels
+    return _SPLITS[vocab]
+
+def walk_long(ix, s:int) -> np.ndarray:
+    """Bool `(V,)`: True for every token longer than the split's `L` bytes that state `s` allows: walked over their own trie nodes
+    only, each node's state clipped for the bytes still to read below it (so a long run of spaces does not number one state per count)."""
+    pda, vocab = ix.dfa, ix.vocab
+    L, _, long_ids, levels = _split(vocab)
+    at = np.full(vocab.n_nodes, DEAD, np.int32); at[0] = s
+    for nodes, parent, byte, r in levels:
+        par = at[parent]
+        if (par < 0).all(): break
+        _fill(pda, par)
+        at[nodes] = ix.clipped(pda.table[par, byte], r)
+    ok = np.zeros(vocab.V, bool); ok[long_ids] = at[vocab.node_of[long_ids]] >= 0
+    return ok
+
 # %% ../nbs/05b_grammars.ipynb #gc000041-t1
 class GrammarIndex(TokenIndex):
-    "05a's `TokenIndex` over a `GrammarAutomaton`: the same rows, masks and prefix cache; rows come from the lazy trie walk."
+    """05a's `TokenIndex` over a `GrammarAutomaton`: the same masks and prefix cache. A mask is the OR of two exact walks: tokens of at
+    most `L` bytes walked from the state clipped for `L` bytes (cached under that state: every count of a long string shares it), and
+    the few longer tokens walked from the state itself. A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states)."""
+    def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True):
+        super().__init__(dfa, vocab, block)
+        self.fast, self.short, self.long, (self.L, self.r_short) = fast, {}, {}, _split(vocab)[:2]
+        self.canon = np.full((int(np.log2(len(vocab.levels))) + 2, 1), DEAD, np.int32)   # [r, state] -> the state clipped for 2**r bytes (-2: not yet)
+        self.slack = 0                                            # tests only: clip for that many bytes fewer (too coarse a key)
+
     def _add(self, states):
         states = [s for s in states if s not in self.next]
         for i in range(0, len(states), self.block):
@@ -360,6 +439,39 @@ class GrammarIndex(TokenIndex):
                 self.banned[s] = ban
             self.rows_built += len(part)
 
+    def clipped(self, st:np.ndarray, r) -> np.ndarray:
+        """The state clipped for `2**r` bytes (`GrammarAutomaton.clip`) of each state in `st` (`r` one number, or one per state: a
+        power of two at least the bytes still to read, so that a level of the trie needs one lookup), computed once per state and r."""
+        a = self.canon
+        if a.shape[1] <= self.dfa.n_states:                       # grow, keeping the last column DEAD: a[r, DEAD] reads it
+            a = self.canon = np.concatenate([a[:, :-1], np.full((len(a), self.dfa.n_states + 64), -2, np.int32), a[:, -1:]], 1)
+        c = a[r, st]
+        if (miss := c == -2).any():
+            rs = np.broadcast_to(r, st.shape)[miss]
+            for x, u in set(zip(rs.tolist(), st[miss].tolist())): a[x, u] = self.dfa.clip(u, max((1 << x) - self.slack, 0))
+            c = a[r, st]
+        return c
+
+    def mask(self, state:int) -> torch.Tensor:
+        "Bool `(V,)`: True for every token forbidden in `state`."
+        if state in self.banned: return self.banned[state]
+        if not self.fast or not self.dfa.counted(state): self._add([state]); return self.banned[state]   # no bound: 05a's walk
+        k = int(self.clipped(np.array([state]), self.r_short[0])[0])        # r_short[0]: 2**r >= L, at the root
+        if k not in self.short: self.short[k] = walk_tokens(self.dfa, self.vocab, [k], self.L, lambda st, d: self.clipped(st, self.r_short[d]))[0] >= 0
+        kl = int(self.clipped(np.array([state]), len(self.canon) - 1)[0])   # clipped for every token's length
+        if kl not in self.long: self.long[kl] = walk_long(self, kl)
+        ban = torch.from_numpy(~(self.short[k] | self.long[kl]))
+        if self.dfa.accept[state]: ban[self.stop] = False
+        self.banned[state] = ban; self.rows_built += 1
+        return ban
+
+    def step(self, state, t:int):
+        "The state after one more token `t`: its bytes walked through the recognizer (a fast mask builds no row of end states)."
+        if state is None or state == DEAD or t in self.vocab.stop_ids or not 0 <= t < self.vocab.V or state in self.next:
+            return TokenIndex.step(self, state, t)
+        return self.dfa.walk(state, self.vocab.bytes[t]) if self.vocab.bytes[t] else DEAD
+
+# %% ../nbs/05b_grammars.ipynb #gc000041-t2
 class GrammarConstraint(Constraint):
     "A GBNF grammar (or a `Grammar` built by `schema_to_grammar`) as a constraint: the contract of 05a's `Constraint` (`apply(logits, tokens, n_prompt)`), recognized by a `GrammarAutomaton`."
     path = 'grammar'
@@ -393,6 +505,27 @@ def compile_grammar(grammar:str) -> GrammarConstraint:
 # %% ../nbs/05b_grammars.ipynb #gc000045
 from .sampling import register_constraint
 register_constraint('grammar', '05b', compile_grammar, "a GBNF grammar (llama.cpp's format): the output must be a sentence of it")
+
+# %% ../nbs/05b_grammars.ipynb #gc000046-f
+def mask_walks(c, vocab:TokenVocab, n:int=4, steps:int=14, seed:int=0, slack:int|None=None) -> tuple[int, int]:
+    "(states compared, states where they differ): random token walks under `c`, fast mask vs a full walk (`fast=False`) at every state; `slack` shortens the fast key on purpose, to show the comparison can fail."
+    import random
+    rng = random.Random(seed)
+    fast, plain = GrammarIndex(c.dfa, vocab), GrammarIndex(c.dfa, vocab, fast=False)
+    if slack is not None: fast.slack = slack
+    closing = [t for t, b in enumerate(vocab.bytes) if b and any(x in b for x in b'"]},')]
+    seen, differ = set(), 0
+    for _ in range(n):
+        s = c.dfa.start
+        for _ in range(steps):
+            if s not in seen:
+                seen.add(s); differ += not torch.equal(fast.mask(s), plain.mask(s))
+            ok = set((~plain.mask(s)).nonzero().flatten().tolist()) - set(vocab.stop_ids)
+            if not ok: break
+            close = [t for t in closing if t in ok] if rng.random() < 0.3 else []
+            s = fast.step(s, rng.choice(close or sorted(ok)))
+    return len(seen), differ
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000056
 def _grammar_path(schema):
