@@ -155,36 +155,47 @@ static void by_rows(int64_t M, int64_t N, F f) {
 # %% ../nbs/09a_kernels.ipynb #blk-q8-a
 _QK_ACT8 = r"""// ---- activations in integers (llama.cpp's Q8_1 idea): each row of x rounded to blocks of 32 codes of type A
 // (int8: |p| <= 127; int16: |p| <= 32767) with a float scale xd and the float sum xs = xd * sum(p).
-// int16 codes of two neighbouring blocks b, b+1 are stored interleaved by halves, [b 0-15, b+1 0-15, b 16-31, b+1 16-31],
-// the order in which the weight kernels unpack them; int8 codes and an odd last block keep their natural order.
-static inline int64_t act_off(int64_t b, int h, int64_t nb, bool pairs) {   // where half h of block b starts, in codes
-  if (pairs && b < nb - nb % 2) return (b / 2) * 64 + (h * 2 + b % 2) * 16;
-  return b * 32 + h * 16;
+// The codes are stored in the order in which the weight kernels meet the weights. Q4_1, four blocks (64 bytes of nibbles) at a
+// time: int8 codes as [the first halves of the four blocks, their second halves]; int16 codes as four runs of 32 (low nibbles of
+// the even bytes, their high nibbles, low nibbles of the odd bytes, their high nibbles). Int16 codes of a pair of blocks left over
+// by Q4_1 interleaved by halves, [b 0-15, b+1 0-15, b 16-31, b+1 16-31]; of a pair of Q8_0 blocks (64 bytes) as [the codes of
+// the even bytes, of the odd bytes]; the rest in natural order.
+static inline int64_t act_pos(int64_t b, int j, int64_t nb, bool i8, bool q4) {   // where code j of block b sits in its row
+  const int h = j / 16, jj = j % 16;
+  if (q4 && b < nb / 4 * 4) {
+    const int i = (b % 4) * 16 + jj;                                     // the byte, of the group's 64, that holds weight j
+    return (b / 4) * 128 + (i8 ? h * 64 + i : ((i % 2) * 2 + h) * 32 + i / 2);
+  }
+  if (!i8 && b < nb - nb % 2) {
+    if (q4) return (b / 2) * 64 + (h * 2 + b % 2) * 16 + jj;
+    const int i = (b % 2) * 32 + j; return (b / 2) * 64 + (i % 2) * 32 + i / 2;
+  }
+  return b * 32 + j;
 }
 
 template <typename A>
-static void quantize_act(const float* x, int64_t M, int64_t K, A* q, float* xd, float* xs) {
+static void quantize_act(const float* x, int64_t M, int64_t K, A* q, float* xd, float* xs, bool q4) {
   const int64_t nb = K / 32; const float qmax = sizeof(A) == 1 ? 127.f : 32767.f;
   for (int64_t r = 0; r < M; ++r)
     for (int64_t b = 0; b < nb; ++b) {
       const float* v = x + r * K + b * 32; const int64_t i = r * nb + b;
-      A* o0 = q + r * K + act_off(b, 0, nb, sizeof(A) == 2); A* o1 = q + r * K + act_off(b, 1, nb, sizeof(A) == 2);
+      int32_t p[32];
 #ifdef __AVX512F__
       __m512 a = _mm512_loadu_ps(v), c = _mm512_loadu_ps(v + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
       const float id = amax > 0.f ? qmax / amax : 0.f;
       __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));     // round to nearest, ties to even
       __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(id)));
-      if (sizeof(A) == 1) { _mm_storeu_si128((__m128i*)o0, _mm512_cvtsepi32_epi8(qa)); _mm_storeu_si128((__m128i*)o1, _mm512_cvtsepi32_epi8(qc)); }
-      else { _mm256_storeu_si256((__m256i*)o0, _mm512_cvtsepi32_epi16(qa)); _mm256_storeu_si256((__m256i*)o1, _mm512_cvtsepi32_epi16(qc)); }
+      _mm512_storeu_si512((void*)p, qa); _mm512_storeu_si512((void*)(p + 16), qc);
       const int s = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
 #else
       float amax = 0.f;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
       const float id = amax > 0.f ? qmax / amax : 0.f;
       int s = 0;
-      for (int j = 0; j < 32; ++j) { const int p = (int)std::nearbyint(v[j] * id); (j < 16 ? o0 : o1)[j % 16] = (A)p; s += p; }
+      for (int j = 0; j < 32; ++j) { p[j] = (int)std::nearbyint(v[j] * id); s += p[j]; }
 #endif
+      for (int j = 0; j < 32; ++j) q[r * K + act_pos(b, j, nb, sizeof(A) == 1, q4)] = (A)p[j];   // |p| <= qmax: no saturation needed
       xd[i] = amax / qmax; xs[i] = xd[i] * (float)s;
     }
 }
@@ -205,20 +216,44 @@ static void dot_act_rows(const A* xq, const float* xd, const float* xs, int64_t 
     float tot[R];
     int64_t b = 0;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    __m512 acc[R]; __m128 macc[R];
-    for (int r = 0; r < R; ++r) { acc[r] = _mm512_setzero_ps(); macc[r] = _mm_setzero_ps(); }
+    __m512 acc[R]; __m128 macc[R], macc4[R];
+    for (int r = 0; r < R; ++r) { acc[r] = _mm512_setzero_ps(); macc[r] = macc4[r] = _mm_setzero_ps(); }
+    if (Q4) {
+      const __m512i pick4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);   // lanes 4k..4k+3: block b+k
+      for (; b + 4 <= nb; b += 4) {                                    // Q4_1: four blocks (128 weights, 64 bytes) per step, no shuffles
+        const __m512i w = _mm512_loadu_si512((const void*)(q + b * 16)), f8 = _mm512_set1_epi8(15), f16 = _mm512_set1_epi16(15);
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(dn + b))), mw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(mn + b)));
+        for (int r = 0; r < R; ++r) {
+          const A* xr = xq + r * K + b * 32;
+          __m512i dot;
+          if (I8) dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, f8), _mm512_loadu_si512((const void*)xr)),
+                                            _mm512_and_si512(_mm512_srli_epi16(w, 4), f8), _mm512_loadu_si512((const void*)(xr + 64)));
+          else dot = _mm512_add_epi32(                                  // lane t: words 2t, 2t+1 of each run, i.e. bytes 4t..4t+3: block t / 4
+              _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, f16), _mm512_loadu_si512((const void*)xr)),
+                                  _mm512_and_si512(_mm512_srli_epi16(w, 4), f16), _mm512_loadu_si512((const void*)(xr + 32))),
+              _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(w, 8), f16), _mm512_loadu_si512((const void*)(xr + 64))),
+                                  _mm512_srli_epi16(w, 12), _mm512_loadu_si512((const void*)(xr + 96))));
+          const __m128 s = _mm_mul_ps(dw, _mm_loadu_ps(xd + r * nb + b));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick4, _mm512_castps128_ps512(s)), acc[r]);
+          macc4[r] = _mm_fmadd_ps(mw, _mm_loadu_ps(xs + r * nb + b), macc4[r]);
+        }
+      }
+    }
     const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);   // lanes 0-7: block b, 8-15: block b+1
-    for (; b + 2 <= nb; b += 2) {                                      // two blocks (64 weights) per step
-      __m512i u0, u1;                                                  // int8: u0 all 64 codes; int16: u0 halves 0-15, u1 halves 16-31
+"""   # part 4a: the integer dot products, VNNI: four Q4_1 blocks per step
+
+# %% ../nbs/09a_kernels.ipynb #blk-q8-b1
+_QK_DOT8_PAIR = r"""    for (; b + 2 <= nb; b += 2) {                                      // two blocks (64 weights) per step: Q8_0, or a pair left over
+      __m512i u0, u1;                                                  // int8: u0 all 64 codes; int16: two runs of 32 codes
       if (Q4) {
         const __m256i t = _mm256_loadu_si256((const __m256i*)(q + b * 16)), low = _mm256_set1_epi8(15);
         const __m256i lo = _mm256_and_si256(t, low), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), low);   // [b, b+1] codes 0-15, 16-31
         if (I8) { const __m512i lh = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); u0 = _mm512_shuffle_i64x2(lh, lh, 0xD8); }
         else { u0 = _mm512_cvtepu8_epi16(lo); u1 = _mm512_cvtepu8_epi16(hi); }
       } else if (I8) u0 = _mm512_xor_si512(_mm512_loadu_si512((const void*)(q + b * 32)), _mm512_set1_epi8((char)0x80));
-      else {
-        const __m256i t0 = _mm256_loadu_si256((const __m256i*)(q + b * 32)), t1 = _mm256_loadu_si256((const __m256i*)(q + b * 32 + 32));
-        u0 = _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(t0, t1, 0x20)); u1 = _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(t0, t1, 0x31));
+      else {                                                           // Q8_0, int16: the even bytes and the odd bytes, sign-extended
+        const __m512i t = _mm512_loadu_si512((const void*)(q + b * 32));
+        u0 = _mm512_srai_epi16(_mm512_slli_epi16(t, 8), 8); u1 = _mm512_srai_epi16(t, 8);
       }
       const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t*)(dn + b)));                  // d_b, d_b+1
       const __m128 mw = Q4 ? _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t*)(mn + b))) : _mm_mul_ps(dw, _mm_set1_ps(I8 ? -128.f : 0.f));
@@ -233,30 +268,31 @@ static void dot_act_rows(const A* xq, const float* xd, const float* xs, int64_t 
         macc[r] = _mm_fmadd_ps(mw, _mm_castpd_ps(_mm_load_sd((const double*)(xs + r * nb + b))), macc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) { __m128 t = _mm_add_ps(macc[r], _mm_movehdup_ps(macc[r])); tot[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(t); }
-"""   # part 4a: the integer dot products, VNNI
-
+    for (int r = 0; r < R; ++r) {
+      __m128 t = _mm_add_ps(macc[r], _mm_movehdup_ps(macc[r])), t4 = _mm_add_ps(macc4[r], _mm_movehl_ps(macc4[r], macc4[r]));
+      tot[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
+    }
+"""   # part 4b: two blocks per step, and the sums of the lanes
 
 # %% ../nbs/09a_kernels.ipynb #blk-q8-b2
 _QK_DOT8_TAIL = r"""#else
     for (int r = 0; r < R; ++r) tot[r] = 0.f;
 #endif
     for (; b < nb; ++b) {                                              // the plain loop (and an odd last block)
-      const bool paired = !I8 && b < nb - nb % 2;
       int32_t u[32];
       for (int j = 0; j < 32; ++j) u[j] = Q4 ? (j < 16 ? q[b * 16 + j] & 15 : q[b * 16 + j - 16] >> 4) : (int8_t)q[b * 32 + j] + (I8 ? 128 : 0);
       const float db = h2f(dn[b]), mb = Q4 ? h2f(mn[b]) : (I8 ? -128.f * db : 0.f);
       for (int r = 0; r < R; ++r) {
         const A* xr = xq + r * K;
         int32_t t = 0;
-        for (int j = 0; j < 32; ++j) t += u[j] * xr[act_off(b, j / 16, nb, paired) + j % 16];
+        for (int j = 0; j < 32; ++j) t += u[j] * xr[act_pos(b, j, nb, I8, Q4)];
         tot[r] += db * xd[r * nb + b] * (float)t + mb * xs[r * nb + b];
       }
     }
     for (int r = 0; r < R; ++r) y[r * N + n] = tot[r] + (res ? res[r * N + n] : 0.f);   // and the residual, if given
   }
 }
-"""   # part 4b: the plain loop and the store
+"""   # part 4c: the plain loop and the store
 
 
 # %% ../nbs/09a_kernels.ipynb #blk-src-3
@@ -338,7 +374,7 @@ template <typename A>
 static void act_mm(const float* xp, int64_t M, const uint8_t* qp, const at::Half* dp, const at::Half* mp, bool q4, int64_t N, int64_t K, float* yp, const float* res) {
   const int64_t nb = K / 32;
   std::vector<A> xq(M * K); std::vector<float> xd(M * nb), xs(M * nb);
-  quantize_act<A>(xp, M, K, xq.data(), xd.data(), xs.data());
+  quantize_act<A>(xp, M, K, xq.data(), xd.data(), xs.data(), q4);
   by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
     const A* xr = xq.data() + r0 * K; const float* dr = xd.data() + r0 * nb; const float* sr = xs.data() + r0 * nb;
     float* yr = yp + r0 * N; const float* rr = res ? res + r0 * N : nullptr;
@@ -397,17 +433,91 @@ TORCH_LIBRARY(minillm, lib) {
   lib.def("q4_1_qmm(Tensor x, Tensor qs, Tensor d, Tensor m, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
   lib.def("q8_0_qmm(Tensor x, Tensor qs, Tensor d, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
   lib.def("q8_isa() -> int");
+  lib.def("block_decode(Tensor x, Tensor[] w, float eps1, float eps2, Tensor(a!) kc, Tensor(b!) vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
   lib.impl("q4_1_mm", &q4_1_mm); lib.impl("q8_0_mm", &q8_0_mm);
   lib.impl("q4_1_qmm", &q4_1_qmm); lib.impl("q8_0_qmm", &q8_0_qmm);
+  lib.impl("block_decode", &block_decode);
 }
 TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) { lib.impl("q8_isa", &q8_isa); }
 """   # part 7b: the integer-activation operators, and the registration of all of them
 
 
+# %% ../nbs/09a_kernels.ipynb #blk-attn-a
+_QK_ATTN = r"""// ---- a block's whole decode step in one call: one new token per row, every row as long as the others (new slot lo)
+static inline float dotf(const float* a, const float* b, int64_t D) {
+#ifdef __AVX512F__
+  if (D % 16 == 0) {
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t j = 0; j < D; j += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s);
+    return _mm512_reduce_add_ps(s);
+  }
+#endif
+  float s = 0.f; for (int64_t j = 0; j < D; ++j) s += a[j] * b[j]; return s;
+}
+static inline void rope(const float* x, const float* c, const float* s, int64_t D, float* o) {   // x * cos + roll(x, D/2) * sin_folded
+  for (int64_t j = 0; j < D; ++j) o[j] = x[j] * c[j] + x[(j + D / 2) % D] * s[j];
+}
+// qkv (B, (H + 2 Hkv) D) -> y (B, H D): rotary on q and k, the new k and v written to slot lo of kc, vc (B, Hkv, Smax, D),
+// then softmax(q k^T / sqrt(D)) v over slots 0..lo for every head (query head h reads key/value head h / (H / Hkv))
+static void attend_new(const float* qkv, const float* cs, const float* sn, float* kc, float* vc, int64_t B, int64_t H, int64_t Hkv,
+                       int64_t D, int64_t Smax, int64_t lo, float* y) {
+  const int64_t S = lo + 1, W = (H + 2 * Hkv) * D;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < Hkv; ++g) {
+      rope(qkv + b * W + (H + g) * D, cs + b * D, sn + b * D, D, kc + ((b * Hkv + g) * Smax + lo) * D);
+      std::memcpy(vc + ((b * Hkv + g) * Smax + lo) * D, qkv + b * W + (H + Hkv + g) * D, D * sizeof(float));
+    }
+  const float scale = 1.f / std::sqrt((float)D);
+  at::parallel_for(0, B * H, S * D * H >= (1 << 18) ? 1 : B * H, [&](int64_t i0, int64_t i1) {   // short contexts: one thread
+    std::vector<float> p(S), q(D);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / H, h = i % H, g = h / (H / Hkv);
+      rope(qkv + b * W + h * D, cs + b * D, sn + b * D, D, q.data());
+      const float* K = kc + (b * Hkv + g) * Smax * D; const float* V = vc + (b * Hkv + g) * Smax * D;
+      float mx = -INFINITY, sum = 0.f;
+      for (int64_t s = 0; s < S; ++s) { p[s] = dotf(q.data(), K + s * D, D) * scale; mx = std::max(mx, p[s]); }
+      for (int64_t s = 0; s < S; ++s) { p[s] = std::exp(p[s] - mx); sum += p[s]; }
+      float* o = y + b * H * D + h * D;
+      std::fill(o, o + D, 0.f);
+      for (int64_t s = 0; s < S; ++s) { const float ps = p[s]; const float* v = V + s * D; for (int64_t j = 0; j < D; ++j) o[j] += ps * v[j]; }
+      for (int64_t j = 0; j < D; ++j) o[j] /= sum;
+    }
+  });
+}
+"""   # part 8a: rotary, the cache write and attention for one new token per row
+
+# %% ../nbs/09a_kernels.ipynb #blk-attn-b
+_QK_BLOCK = r"""// x (B, 1, C) -> the block's output: the four projections of qact_mm with rotary, cache write and attention between them.
+// w: input norm weight; qkv qs, d, m; o qs, d, m; post-attention norm weight; gate_up qs, d, m; down qs, d, m (Q8_0: m = d)
+at::Tensor block_decode(const at::Tensor& x, at::TensorList w, double eps1, double eps2, const at::Tensor& kc, const at::Tensor& vc,
+                        int64_t lo, const at::Tensor& cs, const at::Tensor& sn, int64_t H, int64_t bits) {
+  TORCH_CHECK(w.size() == 14, "block_decode: w must hold 14 tensors, got ", w.size());
+  TORCH_CHECK(x.dim() == 3 && x.size(1) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "block_decode: x must be contiguous float32 (B, 1, C)");
+  const int64_t B = x.size(0);
+  TORCH_CHECK(kc.dim() == 4 && kc.size(0) == B && kc.sizes() == vc.sizes() && kc.is_contiguous() && vc.is_contiguous() &&
+              kc.scalar_type() == at::kFloat && vc.scalar_type() == at::kFloat, "block_decode: kc, vc must be contiguous float32 (B, H_kv, S_max, D)");
+  const int64_t Hkv = kc.size(1), Smax = kc.size(2), D = kc.size(3);
+  TORCH_CHECK(0 <= lo && lo < Smax && H % Hkv == 0, "block_decode: slot ", lo, " outside a cache of ", Smax, ", or ", H, " heads for ", Hkv, " key/value heads");
+  TORCH_CHECK(cs.scalar_type() == at::kFloat && sn.scalar_type() == at::kFloat && cs.is_contiguous() && sn.is_contiguous() &&
+              cs.numel() == B * D && sn.numel() == B * D, "block_decode: cos, sin must be contiguous float32 (B, 1, 1, D)");
+  auto mm = [&](const at::Tensor& in, int i, const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& res, bool silu) {
+    return qact_mm(in, w[i], w[i + 1], w[i + 2], w[i].scalar_type() == at::kByte, bits, norm, eps, res, silu);
+  };
+  at::Tensor qkv = mm(x, 1, w[0], eps1, c10::nullopt, false);                   // (B, 1, (H + 2 Hkv) D), the RMSNorm inside
+  TORCH_CHECK(qkv.size(-1) == (H + 2 * Hkv) * D, "block_decode: qkv_proj gives ", qkv.size(-1), " columns, expected ", (H + 2 * Hkv) * D);
+  at::Tensor att = at::empty({B, 1, H * D}, x.options());
+  attend_new(qkv.data_ptr<float>(), cs.data_ptr<float>(), sn.data_ptr<float>(), kc.data_ptr<float>(), vc.data_ptr<float>(),
+             B, H, Hkv, D, Smax, lo, att.data_ptr<float>());
+  at::Tensor h = mm(att, 4, c10::nullopt, 0., x, false);                        // x + attention
+  at::Tensor gu = mm(h, 8, w[7], eps2, c10::nullopt, false);                    // gate and up of the RMSNorm of h
+  return mm(gu, 11, c10::nullopt, 0., h, true);                                 // h + MLP
+}
+"""   # part 8b: a block's whole decode step in one call
+
 # %% ../nbs/09a_kernels.ipynb #blk-build
-QKERNEL_SOURCE = _QK_HEAD + _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_DOT8_TAIL + _QK_OPS + _QK_PREP + _QK_OPS8 + _QK_OPS8B
+QKERNEL_SOURCE = _QK_HEAD + _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_DOT8_PAIR + _QK_DOT8_TAIL + _QK_OPS + _QK_PREP + _QK_OPS8 + _QK_ATTN + _QK_BLOCK + _QK_OPS8B
 _QK = {}
 
 def qkernels(verbose:bool=False) -> bool:
@@ -570,16 +680,37 @@ class Q8_0Linear(nn.Module):
 
 # %% ../nbs/09a_kernels.ipynb #blk-fused
 import minillm.model as _model                                            # its apply_rope_fast, looked up at call time (the profiler labels it)
+from .kvcache import KVCache
+
+def _parts(lin): return (lin.qs, lin.d, lin.m) if isinstance(lin, Q4_1Linear) else (lin.qs, lin.d, lin.d)
+
+def _block_decode(blk, x, cos, sin, cache):
+    "`blk`'s one-token step in one C++ call (`minillm::block_decode`); None where that call does not apply: float32 activations, biases, other layers, rows of different lengths, tracing."
+    a, mlp = blk.self_attn, blk.mlp
+    lins = (a.qkv_proj, a.o_proj, mlp.gate_up_proj, mlp.down_proj)
+    act = getattr(lins[0], 'act', 'float32')
+    if act == 'float32' or x.dtype != torch.float32 or cache.dtype != torch.float32 or torch.compiler.is_compiling(): return None
+    if not all(isinstance(l, (Q4_1Linear, Q8_0Linear)) and l.fast and l.act == act and l.bias is None for l in lins): return None
+    plan = cache._plan
+    if a.layer_idx == 0 or plan is None or plan[0] != 1: plan = cache._make_plan(1)    # what `KVCache.update` does, once per step
+    if plan[3] is not None: return None                                                # rows of different lengths: each writes its own slot
+    n1, n2 = blk.input_layernorm, blk.post_attention_layernorm
+    w = [n1.weight, *_parts(lins[0]), *_parts(lins[1]), n2.weight, *_parts(lins[2]), *_parts(lins[3])]
+    return torch.ops.minillm.block_decode(x.contiguous(), w, n1.eps, n2.eps, cache._k[a.layer_idx], cache._v[a.layer_idx], plan[1],
+                                          cos.contiguous(), sin.contiguous(), a.H, ACT_BITS[act])
 
 class FusedBlock(Block):
-    "Chapter 00's `Block` for block layers: the RMSNorms, SwiGLU and the residual adds run inside the projections' C++ calls."
+    "Chapter 00's `Block` for block layers: the RMSNorms, SwiGLU and the residual adds run inside the projections' C++ calls, and a one-token step on a `KVCache` runs the whole block, attention included, in one call while `cpp_decode` is True."
+    cpp_decode = True
     def forward(self, x, cos, sin, cache=None, mask=None):                # x: (B, T, C)
+        if self.cpp_decode and mask is None and type(cache) is KVCache and x.shape[1] == 1:
+            y = _block_decode(self, x, cos, sin, cache)
+            if y is not None: return y
         a = self.self_attn
         y = a.attend_qkv(a.qkv_proj(x, norm=self.input_layernorm), cos, sin, cache, mask)   # chapter 00's attention, from q/k/v to o_proj's input
         x = a.o_proj(y, residual=x)                                                     # x + attention
         gate_up = self.mlp.gate_up_proj(x, norm=self.post_attention_layernorm)
         return self.mlp.down_proj(gate_up, residual=x, silu_mul=True)           # x + MLP
-
 
 # %% ../nbs/09a_kernels.ipynb #blk-load
 BLOCK_FORMATS = {'q4_1': Q4_1Linear, 'q8_0': Q8_0Linear}
