@@ -17,14 +17,12 @@ import minillm.beam      # `LLM.beam_search`, which compiled models run and `for
 from .kvcache import KVCache   # and its `LLM.new_cache`, which compiled models upgrade below
 
 # %% auto #0
-__all__ = ['CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'QKERNEL_SOURCE', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS',
-           'MATMUL_OPS', 'step_bytes_flops', 'quantize_int8', 'int_mm', 'Int8Linear', 'input_absmax', 'smooth_model',
-           'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1', 'quant_error_table', 'draw_quant', 'quant_explorer',
-           'quantize_model', 'quantized_load', 'perplexity', 'first_difference', 'static_len', 'StaticKVCache',
-           'static_step', 'CompiledDecoder', 'CompiledLLM', 'read_bandwidth', 'step_profile', 'format_bench',
-           'llama_cpp_runner', 'qkernels', 'qkernel_error', 'q8_isa', 'default_activations', 'check_activations',
-           'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock', 'to_blocks', 'load_blocks',
-           'load_q4_1', 'load_q8_0', 'step_split', 'minillm_runner', 'stream_bench', 'print_bench']
+__all__ = ['HELD_TEXT', 'CALIBRATION_TEXT', 'FORMATS', 'COMPILE_MODES', 'MATMUL_OPS', 'step_bytes_flops', 'quantize_int8',
+           'int_mm', 'Int8Linear', 'input_absmax', 'smooth_model', 'check_format', 'fake_quant', 'q8_0', 'q4_0', 'q4_1',
+           'quant_error_table', 'draw_quant', 'quant_explorer', 'quantize_model', 'quantized_load', 'perplexity',
+           'first_difference', 'static_len', 'StaticKVCache', 'static_step', 'CompiledDecoder', 'CompiledLLM',
+           'read_bandwidth', 'step_profile', 'format_bench', 'llama_cpp_runner', 'step_split', 'minillm_runner',
+           'stream_bench', 'print_bench']
 
 # %% ../nbs/09_fast.ipynb #ff9f5892
 def step_bytes_flops(cfg, rows:int=1, context:int=64, weight_bytes:float=4, kv_bytes:float=4, head_bytes:float|None=None) -> dict:
@@ -86,6 +84,28 @@ class Int8Linear(nn.Module):
         return y.view(*shape[:-1], -1).to(dt)
 
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+# %% ../nbs/09_fast.ipynb #heldtext
+HELD_TEXT = """It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.
+
+However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered the rightful property of some one or other of their daughters.
+
+"My dear Mr. Bennet," said his lady to him one day, "have you heard that Netherfield Park is let at last?"
+
+Mr. Bennet replied that he had not.
+
+"But it is," returned she; "for Mrs. Long has just been here, and she told me all about it."
+
+Mr. Bennet made no answer.
+
+It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, it was the season of Darkness, it was the spring of hope, it was the winter of despair, we had everything before us, we had nothing before us, we were all going direct to Heaven, we were all going direct the other way -- in short, the period was so far like the present period, that some of its noisiest authorities insisted on its being received, for good or for evil, in the superlative degree of comparison only.
+
+Four score and seven years ago our fathers brought forth on this continent, a new nation, conceived in Liberty, and dedicated to the proposition that all men are created equal.
+
+Now we are engaged in a great civil war, testing whether that nation, or any nation so conceived and so dedicated, can long endure. We are met on a great battle-field of that war. We have come to dedicate a portion of that field, as a final resting place for those who here gave their lives that that nation might live. It is altogether fitting and proper that we should do this.
+
+But, in a larger sense, we can not dedicate -- we can not consecrate -- we can not hallow -- this ground. The brave men, living and dead, who struggled here, have consecrated it, far above our poor power to add or detract. The world will little note, nor long remember what we say here, but it can never forget what they did here. It is for us the living, rather, to be dedicated here to the unfinished work which they who fought here have thus far so nobly advanced. It is rather for us to be here dedicated to the great task remaining before us -- that from these honored dead we take increased devotion to that cause for which they gave the last full measure of devotion -- that we here highly resolve that these dead shall not have died in vain -- that this nation, under God, shall have a new birth of freedom -- and that government of the people, by the people, for the people, shall not perish from the earth."""   # held-out text for perplexity (chapter 09a measures on it too)
+
 
 # %% ../nbs/09_fast.ipynb #ca4e7f96
 CALIBRATION_TEXT = """Call me Ishmael. Some years ago -- never mind how long precisely -- having little or no money in my purse, and nothing particular to interest me on shore, I thought I would sail about a little and see the watery part of the world. It is a way I have of driving off the spleen and regulating the circulation. Whenever I find myself growing grim about the mouth; whenever it is a damp, drizzly November in my soul; whenever I find myself involuntarily pausing before coffin warehouses, and bringing up the rear of every funeral I meet; and especially whenever my hypos get such an upper hand of me, that it requires a strong moral principle to prevent me from deliberately stepping into the street, and methodically knocking people's hats off -- then, I account it high time to get to sea as soon as I can. This is my substitute for pistol and ball. With a philosophical flourish Cato throws himself upon his sword; I quietly take to the ship. There is nothing surprising in this. If they but knew it, almost all men in their degree, some time or other, cherish very nearly the same feelings towards the ocean with me."""
@@ -275,6 +295,8 @@ def to_format(self:LLM, fmt:str|torch.dtype, name:str|None=None, smooth:float|No
     out = LLM(quantize_model(_base(self.model), fmt, calib_ids=_calib(self, smooth), alpha=smooth or 0.0), self.tokenizer, name or f"{self.name} ({fmt})")
     return out if mode is False else out.compiled(mode)
 
+
+# %% ../nbs/09_fast.ipynb #8756b205-2
 import functools
 from .weights import LoadCall, load_weights, register_format, register_load_option
 
@@ -350,6 +372,8 @@ def static_step(model:Transformer, ids:torch.Tensor, pos:torch.Tensor, k:torch.T
     mask = (torch.arange(k.shape[3], device=ids.device) <= pos[..., None])[:, None]   # (B, 1, T, S_max): slot s visible from position p when s <= p
     return model(ids, cache=_StaticView(k, v, pos, mask), pos=pos, last_only=True)
 
+
+# %% ../nbs/09_fast.ipynb #c0a10002-2
 class CompiledDecoder(nn.Module):
     "A `Transformer` whose one-token steps on a `StaticKVCache` run through `torch.compile` (static shapes); every other call runs the eager model."
     def __init__(self, model:Transformer, mode:str|None=None):
@@ -500,640 +524,9 @@ def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512, extra_bufts:bool
     run.llama, run.extra_bufts = m, extra_bufts
     return run
 
-# %% ../nbs/09_fast.ipynb #blk-src
-import warnings
-from pathlib import Path
-from .weights import unpermute_rope, default_gguf
-
-_QK_Q4_1 = r"""
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <c10/util/Half.h>
-#if defined(__AVX512F__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
-#include <cstring>
-#include <vector>
-#include <cmath>
-#include <algorithm>
-
-// y (M, N) = x (M, K) @ W^T for W stored as GGUF blocks of 32 along each row.
-// Q4_1: qs (N, K/2) uint8, d, m (N, K/32) float16:  w[j] = d * (qs[j] & 15) + m, w[j + 16] = d * (qs[j] >> 4) + m
-// Q8_0: qs (N, K) int8,    d (N, K/32) float16:      w[j] = d * qs[j]
-#ifdef __F16C__
-static inline float h2f(const at::Half h) { return _cvtsh_ss(h.x); }      // one instruction (F16C)
-#else
-static inline float h2f(const at::Half h) { return static_cast<float>(h); }
-#endif
-
-template <int R>
-static void q4_1_rows(const float* x, int64_t K, const uint8_t* qs, const at::Half* d, const at::Half* m,
-                      const float* xsum, int64_t n0, int64_t n1, float* y, int64_t N) {
-  const int64_t nb = K / 32;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* q = qs + n * (K / 2);
-    const at::Half* dn = d + n * nb; const at::Half* mn = m + n * nb;
-    float msum[R];
-    for (int r = 0; r < R; ++r) msum[r] = 0.f;
-#ifdef __AVX512F__
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    const __m512i mask = _mm512_set1_epi32(15);
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 16)));
-      __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask));
-      __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-      const float db = h2f(dn[b]), mb = h2f(mn[b]);
-      __m512 dv = _mm512_set1_ps(db);
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
-        t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
-        acc[r] = _mm512_fmadd_ps(dv, t, acc[r]);
-        msum[r] += mb * xsum[r * nb + b];
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]) + msum[r];
-#else
-    float acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float db = h2f(dn[b]), mb = h2f(mn[b]);
-      float w[32];
-      for (int j = 0; j < 16; ++j) { w[j] = q[b * 16 + j] & 15; w[j + 16] = q[b * 16 + j] >> 4; }
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        float t = 0.f;
-        for (int j = 0; j < 32; ++j) t += w[j] * xr[j];
-        acc[r] += db * t; msum[r] += mb * xsum[r * nb + b];
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = acc[r] + msum[r];
-#endif
-  }
-}
-
-template <int R>
-"""   # part 1 of the kernels' C++ source: the header and the Q4_1 row kernel
-
-
-# %% ../nbs/09_fast.ipynb #blk-src-2
-_QK_Q8_0 = r"""static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
-  const int64_t nb = K / 32;
-  for (int64_t n = n0; n < n1; ++n) {
-    const int8_t* q = qs + n * K;
-    const at::Half* dn = d + n * nb;
-#ifdef __AVX512F__
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 32))));
-      __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 32 + 16))));
-      __m512 dv = _mm512_set1_ps(h2f(dn[b]));
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
-        t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
-        acc[r] = _mm512_fmadd_ps(dv, t, acc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]);
-#else
-    float acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float db = h2f(dn[b]);
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        float t = 0.f;
-        for (int j = 0; j < 32; ++j) t += float(q[b * 32 + j]) * xr[j];
-        acc[r] += db * t;
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = acc[r];
-#endif
-  }
-}
-
-static void check(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, int64_t N, int64_t K) {
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x must be a contiguous float32 tensor (..., K)");
-  TORCH_CHECK(K % 32 == 0 && x.size(-1) == K, "x has ", x.size(-1), " columns, the weight ", K, " (a multiple of 32)");
-  TORCH_CHECK(d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32), "d must be (N, K/32) float16");
-  TORCH_CHECK(qs.is_contiguous(), "qs must be contiguous");
-}
-
-// run f(r0, rows) over row chunks of at most 4, each chunk over output channels in parallel
-template <typename F>
-static void by_rows(int64_t M, int64_t N, F f) {
-  for (int64_t r0 = 0; r0 < M; r0 += 4) {
-    int64_t R = std::min<int64_t>(4, M - r0);
-    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) { f(r0, R, n0, n1); });
-  }
-}
-
-"""   # part 2: the Q8_0 row kernel, the checks and the row-chunk driver
-
-
-# %% ../nbs/09_fast.ipynb #blk-q8-a
-_QK_ACT8 = r"""// ---- activations in integers (llama.cpp's Q8_1 idea): each row of x rounded to blocks of 32 codes of type A
-// (int8: |p| <= 127; int16: |p| <= 32767) with a float scale xd and the float sum xs = xd * sum(p).
-// int16 codes of two neighbouring blocks b, b+1 are stored interleaved by halves, [b 0-15, b+1 0-15, b 16-31, b+1 16-31],
-// the order in which the weight kernels unpack them; int8 codes and an odd last block keep their natural order.
-static inline int64_t act_off(int64_t b, int h, int64_t nb, bool pairs) {   // where half h of block b starts, in codes
-  if (pairs && b < nb - nb % 2) return (b / 2) * 64 + (h * 2 + b % 2) * 16;
-  return b * 32 + h * 16;
-}
-
-template <typename A>
-static void quantize_act(const float* x, int64_t M, int64_t K, A* q, float* xd, float* xs) {
-  const int64_t nb = K / 32; const float qmax = sizeof(A) == 1 ? 127.f : 32767.f;
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* v = x + r * K + b * 32; const int64_t i = r * nb + b;
-      A* o0 = q + r * K + act_off(b, 0, nb, sizeof(A) == 2); A* o1 = q + r * K + act_off(b, 1, nb, sizeof(A) == 2);
-#ifdef __AVX512F__
-      __m512 a = _mm512_loadu_ps(v), c = _mm512_loadu_ps(v + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
-      const float id = amax > 0.f ? qmax / amax : 0.f;
-      __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));     // round to nearest, ties to even
-      __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(id)));
-      if (sizeof(A) == 1) { _mm_storeu_si128((__m128i*)o0, _mm512_cvtsepi32_epi8(qa)); _mm_storeu_si128((__m128i*)o1, _mm512_cvtsepi32_epi8(qc)); }
-      else { _mm256_storeu_si256((__m256i*)o0, _mm512_cvtsepi32_epi16(qa)); _mm256_storeu_si256((__m256i*)o1, _mm512_cvtsepi32_epi16(qc)); }
-      const int s = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
-#else
-      float amax = 0.f;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
-      const float id = amax > 0.f ? qmax / amax : 0.f;
-      int s = 0;
-      for (int j = 0; j < 32; ++j) { const int p = (int)std::nearbyint(v[j] * id); (j < 16 ? o0 : o1)[j % 16] = (A)p; s += p; }
-#endif
-      xd[i] = amax / qmax; xs[i] = xd[i] * (float)s;
-    }
-}
-"""   # part 3: activations to integer blocks (Q8_1, and 16 bits)
-
-
-# %% ../nbs/09_fast.ipynb #blk-q8-b
-_QK_DOT8 = r"""// y[n] (+ res[n]) for outputs n0..n1-1 of R rows. One kernel for both formats and both activation types: w = d * u + m with integer codes u
-// (Q4_1: the nibbles 0..15; Q8_0 with int8 activations: q + 128, so that they are unsigned, and m = -128 d; Q8_0 with int16: q, m = 0).
-template <int R, bool Q4, typename A>
-static void dot_act_rows(const A* xq, const float* xd, const float* xs, int64_t K, const uint8_t* qs, const at::Half* d,
-                         const at::Half* m, int64_t n0, int64_t n1, float* y, int64_t N, const float* res) {
-  constexpr bool I8 = sizeof(A) == 1;
-  const int64_t nb = K / 32, rowbytes = Q4 ? K / 2 : K;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* q = qs + n * rowbytes;
-    const at::Half* dn = d + n * nb; const at::Half* mn = Q4 ? m + n * nb : nullptr;
-    float tot[R];
-    int64_t b = 0;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    __m512 acc[R]; __m128 macc[R];
-    for (int r = 0; r < R; ++r) { acc[r] = _mm512_setzero_ps(); macc[r] = _mm_setzero_ps(); }
-    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);   // lanes 0-7: block b, 8-15: block b+1
-    for (; b + 2 <= nb; b += 2) {                                      // two blocks (64 weights) per step
-      __m512i u0, u1;                                                  // int8: u0 all 64 codes; int16: u0 halves 0-15, u1 halves 16-31
-      if (Q4) {
-        const __m256i t = _mm256_loadu_si256((const __m256i*)(q + b * 16)), low = _mm256_set1_epi8(15);
-        const __m256i lo = _mm256_and_si256(t, low), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), low);   // [b, b+1] codes 0-15, 16-31
-        if (I8) { const __m512i lh = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); u0 = _mm512_shuffle_i64x2(lh, lh, 0xD8); }
-        else { u0 = _mm512_cvtepu8_epi16(lo); u1 = _mm512_cvtepu8_epi16(hi); }
-      } else if (I8) u0 = _mm512_xor_si512(_mm512_loadu_si512((const void*)(q + b * 32)), _mm512_set1_epi8((char)0x80));
-      else {
-        const __m256i t0 = _mm256_loadu_si256((const __m256i*)(q + b * 32)), t1 = _mm256_loadu_si256((const __m256i*)(q + b * 32 + 32));
-        u0 = _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(t0, t1, 0x20)); u1 = _mm512_cvtepi8_epi16(_mm256_permute2x128_si256(t0, t1, 0x31));
-      }
-      const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t*)(dn + b)));                  // d_b, d_b+1
-      const __m128 mw = Q4 ? _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t*)(mn + b))) : _mm_mul_ps(dw, _mm_set1_ps(I8 ? -128.f : 0.f));
-      for (int r = 0; r < R; ++r) {
-        const A* xr = xq + r * K + b * 32;
-        __m512i dot;
-        if (I8) dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_loadu_si512((const void*)xr));
-        else dot = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), u0, _mm512_loadu_si512((const void*)xr)),
-                                       u1, _mm512_loadu_si512((const void*)(xr + 32)));
-        const __m128 s = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double*)(xd + r * nb + b))));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(s)), acc[r]);
-        macc[r] = _mm_fmadd_ps(mw, _mm_castpd_ps(_mm_load_sd((const double*)(xs + r * nb + b))), macc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) { __m128 t = _mm_add_ps(macc[r], _mm_movehdup_ps(macc[r])); tot[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(t); }
-#else
-    for (int r = 0; r < R; ++r) tot[r] = 0.f;
-#endif
-    for (; b < nb; ++b) {                                              // the plain loop (and an odd last block)
-      const bool paired = !I8 && b < nb - nb % 2;
-      int32_t u[32];
-      for (int j = 0; j < 32; ++j) u[j] = Q4 ? (j < 16 ? q[b * 16 + j] & 15 : q[b * 16 + j - 16] >> 4) : (int8_t)q[b * 32 + j] + (I8 ? 128 : 0);
-      const float db = h2f(dn[b]), mb = Q4 ? h2f(mn[b]) : (I8 ? -128.f * db : 0.f);
-      for (int r = 0; r < R; ++r) {
-        const A* xr = xq + r * K;
-        int32_t t = 0;
-        for (int j = 0; j < 32; ++j) t += u[j] * xr[act_off(b, j / 16, nb, paired) + j % 16];
-        tot[r] += db * xd[r * nb + b] * (float)t + mb * xs[r * nb + b];
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = tot[r] + (res ? res[r * N + n] : 0.f);   // and the residual, if given
-  }
-}
-"""   # part 4: the integer dot products
-
-
-# %% ../nbs/09_fast.ipynb #blk-src-3
-_QK_OPS = r"""static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t N) {
-  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end()); s.back() = N; return s;   // (..., K) -> (..., N)
-}
-
-at::Tensor q4_1_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m) {
-  const int64_t N = qs.size(0), K = qs.size(1) * 2, nb = K / 32;
-  check(x, qs, d, N, K);
-  const int64_t M = x.numel() / K;
-  TORCH_CHECK(qs.scalar_type() == at::kByte && m.scalar_type() == at::kHalf && m.is_contiguous() && m.numel() == N * nb, "q4_1_mm: qs uint8 (N, K/2), m (N, K/32) float16");
-  at::Tensor y = at::empty(out_shape(x, N), x.options());
-  const float* xp = x.data_ptr<float>(); float* yp = y.data_ptr<float>();
-  std::vector<float> xs(M * nb);                                 // (M, K/32): the block sums the minimums multiply
-  for (int64_t i = 0; i < M * nb; ++i) { float t = 0.f; for (int j = 0; j < 32; ++j) t += xp[i * 32 + j]; xs[i] = t; }
-  const float* sp = xs.data();
-  const uint8_t* qp = qs.data_ptr<uint8_t>(); const at::Half* dp = d.data_ptr<at::Half>(); const at::Half* mp = m.data_ptr<at::Half>();
-  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const float* xr = xp + r0 * K; const float* sr = sp + r0 * nb; float* yr = yp + r0 * N;
-    switch (R) {
-      case 1: q4_1_rows<1>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-      case 2: q4_1_rows<2>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-      case 3: q4_1_rows<3>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-      default: q4_1_rows<4>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-    }
-  });
-  return y;
-}
-
-at::Tensor q8_0_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d) {
-  const int64_t N = qs.size(0), K = qs.size(1);
-  check(x, qs, d, N, K);
-  const int64_t M = x.numel() / K;
-  TORCH_CHECK(qs.scalar_type() == at::kChar, "q8_0_mm: qs must be int8 (N, K)");
-  at::Tensor y = at::empty(out_shape(x, N), x.options());
-  const float* xp = x.data_ptr<float>(); float* yp = y.data_ptr<float>();
-  const int8_t* qp = qs.data_ptr<int8_t>(); const at::Half* dp = d.data_ptr<at::Half>();
-  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const float* xr = xp + r0 * K; float* yr = yp + r0 * N;
-    switch (R) {
-      case 1: q8_0_rows<1>(xr, K, qp, dp, n0, n1, yr, N); break;
-      case 2: q8_0_rows<2>(xr, K, qp, dp, n0, n1, yr, N); break;
-      case 3: q8_0_rows<3>(xr, K, qp, dp, n0, n1, yr, N); break;
-      default: q8_0_rows<4>(xr, K, qp, dp, n0, n1, yr, N); break;
-    }
-  });
-  return y;
-}
-"""   # part 5: the float-activation operators
-
-
-# %% ../nbs/09_fast.ipynb #blk-q8-ops
-_QK_PREP = r"""// What a block does to a row just before a projection, done here to save the small operators around the call:
-// RMSNorm with weight w (norm), or SwiGLU on a row of 2K (silu(gate) * up).
-static const float* prepare(const at::Tensor& x, int64_t K, const c10::optional<at::Tensor>& norm, double eps, bool silu_mul, std::vector<float>& buf) {
-  const float* xp = x.data_ptr<float>();
-  if (!norm.has_value() && !silu_mul) return xp;
-  const int64_t M = x.numel() / (silu_mul ? 2 * K : K);
-  buf.resize(M * K);
-  for (int64_t r = 0; r < M; ++r) {
-    float* o = buf.data() + r * K;
-    if (silu_mul) { const float* g = xp + r * 2 * K; for (int64_t j = 0; j < K; ++j) o[j] = g[j] / (1.f + std::exp(-g[j])) * g[K + j]; }
-    else {
-      const float* v = xp + r * K; const float* w = norm->data_ptr<float>(); double ss = 0;
-      for (int64_t j = 0; j < K; ++j) ss += double(v[j]) * v[j];
-      const float s = 1.f / std::sqrt(float(ss / K) + float(eps));
-      for (int64_t j = 0; j < K; ++j) o[j] = w[j] * (v[j] * s);
-    }
-  }
-  return buf.data();
-}
-"""   # part 6: a block's steps before a projection, done in the call
-
-
-# %% ../nbs/09_fast.ipynb #blk-q8-ops2
-_QK_OPS8 = r"""// y = x @ W^T (+ residual) with x rounded to integer blocks first (bits 8 or 16; q4 true: W in Q4_1 blocks, false: Q8_0 blocks)
-template <typename A>
-static void act_mm(const float* xp, int64_t M, const uint8_t* qp, const at::Half* dp, const at::Half* mp, bool q4, int64_t N, int64_t K, float* yp, const float* res) {
-  const int64_t nb = K / 32;
-  std::vector<A> xq(M * K); std::vector<float> xd(M * nb), xs(M * nb);
-  quantize_act<A>(xp, M, K, xq.data(), xd.data(), xs.data());
-  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const A* xr = xq.data() + r0 * K; const float* dr = xd.data() + r0 * nb; const float* sr = xs.data() + r0 * nb;
-    float* yr = yp + r0 * N; const float* rr = res ? res + r0 * N : nullptr;
-#define DOT(RR) (q4 ? dot_act_rows<RR, true, A>(xr, dr, sr, K, qp, dp, mp, n0, n1, yr, N, rr) : dot_act_rows<RR, false, A>(xr, dr, sr, K, qp, dp, mp, n0, n1, yr, N, rr))
-    switch (R) { case 1: DOT(1); break; case 2: DOT(2); break; case 3: DOT(3); break; default: DOT(4); break; }
-#undef DOT
-  });
-}
-
-static at::Tensor qact_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m, bool q4, int64_t bits,
-                          const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
-  const int64_t N = qs.size(0), K = q4 ? qs.size(1) * 2 : qs.size(1), Kx = silu_mul ? 2 * K : K;
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.size(-1) == Kx, "x must be contiguous float32 (..., ", Kx, ")");
-  TORCH_CHECK(K % 32 == 0 && d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32) && qs.is_contiguous(), "the weight needs K a multiple of 32, d (N, K/32) float16 and contiguous codes");
-  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
-  TORCH_CHECK(!(norm.has_value() && silu_mul), "norm and silu_mul exclude each other");
-  TORCH_CHECK(!norm.has_value() || (norm->scalar_type() == at::kFloat && norm->is_contiguous() && norm->numel() == K), "norm must be a float32 (K,) weight");
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end()); shape.back() = N;
-  TORCH_CHECK(!residual.has_value() || (residual->scalar_type() == at::kFloat && residual->is_contiguous() && residual->sizes().vec() == shape), "residual must be contiguous float32 of the output's shape");
-  at::Tensor y = at::empty(shape, x.options());
-  const int64_t M = x.numel() / Kx;
-  std::vector<float> buf;
-  const float* xp = prepare(x, K, norm, eps, silu_mul, buf);
-  const uint8_t* qp = (const uint8_t*)qs.data_ptr(); const at::Half* dp = d.data_ptr<at::Half>(); const at::Half* mp = q4 ? m.data_ptr<at::Half>() : nullptr;
-  const float* res = residual.has_value() ? residual->data_ptr<float>() : nullptr;
-  if (bits == 8) act_mm<int8_t>(xp, M, qp, dp, mp, q4, N, K, y.data_ptr<float>(), res);
-  else act_mm<int16_t>(xp, M, qp, dp, mp, q4, N, K, y.data_ptr<float>(), res);
-  return y;
-}
-
-at::Tensor q4_1_qmm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m, int64_t bits,
-                    const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
-  TORCH_CHECK(qs.scalar_type() == at::kByte && m.scalar_type() == at::kHalf && m.is_contiguous() && m.numel() == d.numel(), "q4_1_qmm: qs uint8 (N, K/2), m (N, K/32) float16");
-  return qact_mm(x, qs, d, m, true, bits, norm, eps, residual, silu_mul);
-}
-at::Tensor q8_0_qmm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, int64_t bits,
-                    const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
-  TORCH_CHECK(qs.scalar_type() == at::kChar, "q8_0_qmm: qs must be int8 (N, K)");
-  return qact_mm(x, qs, d, d, false, bits, norm, eps, residual, silu_mul);
-}
-int64_t q8_isa() {   // how the integer-activation kernels were compiled: 2 AVX-512 VNNI, 0 the plain loop
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  return 2;
-#else
-  return 0;
-#endif
-}
-
-TORCH_LIBRARY(minillm, lib) {
-  lib.def("q4_1_mm(Tensor x, Tensor qs, Tensor d, Tensor m) -> Tensor");
-  lib.def("q8_0_mm(Tensor x, Tensor qs, Tensor d) -> Tensor");
-  lib.def("q4_1_qmm(Tensor x, Tensor qs, Tensor d, Tensor m, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
-  lib.def("q8_0_qmm(Tensor x, Tensor qs, Tensor d, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
-  lib.def("q8_isa() -> int");
-}
-TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
-  lib.impl("q4_1_mm", &q4_1_mm); lib.impl("q8_0_mm", &q8_0_mm);
-  lib.impl("q4_1_qmm", &q4_1_qmm); lib.impl("q8_0_qmm", &q8_0_qmm);
-}
-TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) { lib.impl("q8_isa", &q8_isa); }
-"""   # part 7: the integer-activation operators, and the registration of all of them
-
-
-# %% ../nbs/09_fast.ipynb #blk-build
-QKERNEL_SOURCE = _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_OPS + _QK_PREP + _QK_OPS8
-_QK = {}
-
-def qkernels(verbose:bool=False) -> bool:
-    "Build (once per machine: torch caches the library) and load the C++ kernels `torch.ops.minillm.q4_1_mm`, `q8_0_mm` (float32 activations), `q4_1_qmm` and `q8_0_qmm` (int8 or int16 activations); False where they cannot be built, with the reason in `qkernel_error()`."
-    if 'ok' in _QK: return _QK['ok']
-    try:
-        import hashlib
-        from torch.utils.cpp_extension import load_inline
-        name = 'minillm_qkernels_' + hashlib.sha1(QKERNEL_SOURCE.encode()).hexdigest()[:10]   # a new source, a new build
-        if not hasattr(torch.ops.minillm, 'q4_1_mm'):
-            load_inline(name=name, cpp_sources=QKERNEL_SOURCE, extra_cflags=['-O3', '-march=native', '-fopenmp'],
-                        extra_ldflags=['-fopenmp'], is_python_module=False, verbose=verbose)
-        for op in ('q4_1_mm', 'q8_0_mm', 'q4_1_qmm', 'q8_0_qmm'):                                   # output shapes, for torch.compile
-            if not torch._C._dispatch_has_kernel_for_dispatch_key(f'minillm::{op}', 'Meta'):
-                torch.library.register_fake(f'minillm::{op}')(lambda x, qs, *rest, **kw: x.new_empty(*x.shape[:-1], qs.shape[0]))
-        _QK['ok'], _QK['error'] = True, None
-    except Exception as e:                                                  # no compiler, no ninja, a foreign CPU: fall back
-        msg = str(e).strip().splitlines()
-        _QK['ok'], _QK['error'] = False, f"{type(e).__name__}: {msg[-1] if msg else ''}"
-        warnings.warn(f"minillm: the C++ block kernels could not be built ({_QK['error']}); Q4_1 layers fall back to torch's "
-                      f"int4 kernel (bfloat16 scales and activations) and Q8_0 layers to their dequantized float32 weights")
-    return _QK['ok']
-
-def qkernel_error() -> str|None:
-    "Why the C++ kernels could not be built (None: they were, or nobody asked yet)."
-    return _QK.get('error')
-def q8_isa() -> int:
-    "How the int8-activation kernels were compiled: 2 with AVX-512 VNNI, 0 as a plain loop (-1: no kernels)."
-    return int(torch.ops.minillm.q8_isa()) if qkernels() else -1
-
-ACTIVATIONS = ('int16', 'int8', 'float32')
-ACT_BITS = {'int16': 16, 'int8': 8}
-def default_activations() -> str:
-    "The activations block layers use unless told: 'int16' (integer dot products, rounding far below the weights') where the kernels have VNNI, else 'float32' (exact, and faster than a plain integer loop)."
-    return 'int16' if q8_isa() == 2 else 'float32'
-
-def check_activations(act) -> str:
-    if act not in ACTIVATIONS: raise ValueError(f"activations must be one of {ACTIVATIONS} (or None: {default_activations()!r} on this machine), got {act!r}")
-    return act
-
-
-# %% ../nbs/09_fast.ipynb #blk-mods
-def q4_1_blocks(w:torch.Tensor):
-    "GGUF Q4_1 blocks of `w (N, K)`: `(qs (N, K/2) uint8, d (N, K/32) float16, m (N, K/32) float16)`, qs[j] = code j | code j+16 << 4 of each block."
-    N, K = w.shape
-    b = _groups(w, 32)
-    lo, hi = b.amin(-1, keepdim=True), b.amax(-1, keepdim=True)
-    d = (hi - lo) / 15
-    q = torch.where(d > 0, (b - lo) / d, 0.).add(0.5).trunc().clamp(0, 15).to(torch.uint8)   # llama.cpp's quantize_row_q4_1_ref
-    qs = (q[..., :16] | (q[..., 16:] << 4)).reshape(N, K // 2)
-    return qs.contiguous(), d.squeeze(-1).half(), lo.squeeze(-1).half()
-
-def q8_0_blocks(w:torch.Tensor):
-    "GGUF Q8_0 blocks of `w (N, K)`: `(qs (N, K) int8, d (N, K/32) float16)`."
-    N, K = w.shape
-    b = _groups(w, 32)
-    d = b.abs().amax(-1, keepdim=True) / 127
-    q = _round_away(torch.where(d > 0, b / d, 0.)).to(torch.int8)
-    return q.reshape(N, K).contiguous(), d.squeeze(-1).half()
-
-def _split_q4_1(raw:torch.Tensor):
-    "GGUF Q4_1 bytes `(N, K/32 * 20)` uint8 (per block: d float16, m float16, 16 bytes of codes) as `(qs, d, m)`."
-    N = raw.shape[0]; r = raw.reshape(N, -1, 20)
-    return r[..., 4:].reshape(N, -1).contiguous(), r[..., :2].contiguous().view(torch.float16).reshape(N, -1), r[..., 2:4].contiguous().view(torch.float16).reshape(N, -1)
-
-def _split_q8_0(raw:torch.Tensor):
-    "GGUF Q8_0 bytes `(N, K/32 * 34)` uint8 (per block: d float16, 32 int8 codes) as `(qs, d)`."
-    N = raw.shape[0]; r = raw.reshape(N, -1, 34)
-    return r[..., 2:].reshape(N, -1).contiguous().view(torch.int8), r[..., :2].contiguous().view(torch.float16).reshape(N, -1)
-
-
-# %% ../nbs/09_fast.ipynb #blk-mods-41
-def _w(norm): return None if norm is None else norm.weight
-def _eps(norm): return 0. if norm is None else norm.eps
-def _plus_bias(y, lin): return y if lin.bias is None else y + lin.bias
-def _before(x, norm, silu_mul):
-    "What the C++ call does to `x` before the product, in torch: the norm, or SwiGLU."
-    if norm is not None: return norm(x)
-    if silu_mul: gate, up = x.chunk(2, dim=-1); return F.silu(gate) * up
-    return x
-
-class Q4_1Linear(nn.Module):
-    "A linear layer whose weight stays in GGUF Q4_1 blocks of 32 (`w = d * q + m`, 20 bytes per block), multiplied by a C++ kernel; `act`: the activations 'int16' or 'int8' (rounded to blocks of 32, integer dot products) or 'float32' (exact), None: `default_activations()`."
-    def __init__(self, qs:torch.Tensor, d:torch.Tensor, m:torch.Tensor, bias:torch.Tensor|None=None, act:str|None=None):
-        super().__init__()
-        N, K2 = qs.shape
-        if qs.dtype != torch.uint8 or d.shape != (N, K2 // 16) or m.shape != d.shape: raise ValueError(f"Q4_1Linear: expected qs (N, K/2) uint8 and d, m (N, K/32), got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}, {tuple(m.shape)}")
-        self.out_features, self.in_features = N, K2 * 2
-        self.register_buffer('qs', qs.contiguous()); self.register_buffer('d', d.half().contiguous()); self.register_buffer('m', m.half().contiguous())
-        self.register_buffer('bias', None if bias is None else bias.detach().float())
-        self.fast = qkernels()
-        self.act = check_activations(act or default_activations())
-        if not self.fast: self._pack()
-
-    @classmethod
-    def from_float(cls, w:torch.Tensor, bias=None, act:str|None=None) -> Q4_1Linear:
-        "Round `w (N, K)` to Q4_1 blocks (llama.cpp's rounding)."
-        return cls(*q4_1_blocks(w), bias=bias, act=act)
-
-    def codes(self) -> torch.Tensor:
-        "The 4-bit codes `(N, K)` int32, 0..15."
-        q = self.qs.view(self.out_features, -1, 16).int()
-        return torch.cat([q & 15, q >> 4], -1).reshape(self.out_features, self.in_features)
-
-    def dequantized_weight(self) -> torch.Tensor:
-        "The float32 weight `d * q + m` these blocks stand for."
-        N, K = self.out_features, self.in_features
-        return (self.codes().view(N, K // 32, 32).float() * self.d.float()[..., None] + self.m.float()[..., None]).view(N, K)
-
-    def _pack(self):                                       # fallback: torch's int4 kernel, w = (q - 8) * s + z, so z = m + 8 d
-        pad = -self.out_features % 16                      # it wants a multiple of 16 rows
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(F.pad(self.codes(), (0, 0, 0, pad)), 2)
-        d, m = F.pad(self.d.float(), (0, 0, 0, pad)), F.pad(self.m.float(), (0, 0, 0, pad))
-        self.sz = torch.stack([d.t(), (m + 8 * d).t()], -1).contiguous().bfloat16()      # (K/32, N + pad, 2)
-
-    def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N)
-        "`x @ W^T`; with `norm` (an `RMSNorm`) of `norm(x)`, with `silu_mul` of SwiGLU's `silu(gate) * up` for `x = [gate, up]` (..., 2K), plus `residual` if given."
-        if self.fast and self.act != 'float32':                          # all of it in one C++ call
-            return _plus_bias(torch.ops.minillm.q4_1_qmm(x.float().contiguous(), self.qs, self.d, self.m, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
-        x = _before(x, norm, silu_mul)
-        if self.fast: y = torch.ops.minillm.q4_1_mm(x.float().contiguous(), self.qs, self.d, self.m)   # no copies for a float32 x
-        else: y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, self.in_features).bfloat16(), self.packed, 32,
-                                                             self.sz)[:, :self.out_features].float().view(*x.shape[:-1], -1)
-        return _plus_bias(y if residual is None else y + residual, self)
-
-    def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'torch int4'}"
-
-
-# %% ../nbs/09_fast.ipynb #blk-mods-80
-class Q8_0Linear(nn.Module):
-    "A linear layer whose weight stays in GGUF Q8_0 blocks of 32 (`w = d * q`, 34 bytes per block), multiplied by a C++ kernel; `act` as for `Q4_1Linear`."
-    def __init__(self, qs:torch.Tensor, d:torch.Tensor, bias:torch.Tensor|None=None, act:str|None=None):
-        super().__init__()
-        N, K = qs.shape
-        if qs.dtype != torch.int8 or d.shape != (N, K // 32): raise ValueError(f"Q8_0Linear: expected qs (N, K) int8 and d (N, K/32), got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}")
-        self.out_features, self.in_features = N, K
-        self.register_buffer('qs', qs.contiguous()); self.register_buffer('d', d.half().contiguous())
-        self.register_buffer('bias', None if bias is None else bias.detach().float())
-        self.fast = qkernels()
-        self.act = check_activations(act or default_activations())
-        if not self.fast: self.w = self.dequantized_weight()
-
-    @classmethod
-    def from_float(cls, w:torch.Tensor, bias=None, act:str|None=None) -> Q8_0Linear:
-        return cls(*q8_0_blocks(w), bias=bias, act=act)
-
-    def dequantized_weight(self) -> torch.Tensor:
-        N, K = self.out_features, self.in_features
-        return (self.qs.view(N, K // 32, 32).float() * self.d.float()[..., None]).view(N, K)
-
-    def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N), as `Q4_1Linear`
-        if self.fast and self.act != 'float32':
-            return _plus_bias(torch.ops.minillm.q8_0_qmm(x.float().contiguous(), self.qs, self.d, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
-        x = _before(x, norm, silu_mul)
-        y = torch.ops.minillm.q8_0_mm(x.float().contiguous(), self.qs, self.d) if self.fast else F.linear(x.float(), self.w)
-        return _plus_bias(y if residual is None else y + residual, self)
-
-    def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'float32'}"
-
-
-# %% ../nbs/09_fast.ipynb #blk-fused
-import minillm.model as _model                                            # its apply_rope_fast, looked up at call time (the profiler labels it)
-
-class FusedBlock(Block):
-    "Chapter 00's `Block` for block layers: the RMSNorms, SwiGLU and the residual adds run inside the projections' C++ calls."
-    def forward(self, x, cos, sin, cache=None, mask=None):                # x: (B, T, C)
-        a = self.self_attn
-        y = a.attend_qkv(a.qkv_proj(x, norm=self.input_layernorm), cos, sin, cache, mask)   # chapter 00's attention, from q/k/v to o_proj's input
-        x = a.o_proj(y, residual=x)                                                     # x + attention
-        gate_up = self.mlp.gate_up_proj(x, norm=self.post_attention_layernorm)
-        return self.mlp.down_proj(gate_up, residual=x, silu_mul=True)           # x + MLP
-
-
-# %% ../nbs/09_fast.ipynb #blk-load
-BLOCK_FORMATS = {'q4_1': Q4_1Linear, 'q8_0': Q8_0Linear}
-_GGUF_PARTS = {('self_attn', 'qkv_proj'): ('attn_q', 'attn_k', 'attn_v'), ('self_attn', 'o_proj'): ('attn_output',),
-               ('mlp', 'gate_up_proj'): ('ffn_gate', 'ffn_up'), ('mlp', 'down_proj'): ('ffn_down',)}
-
-def _raw_blocks(reader, cfg, fmt):
-    "{gguf tensor name: its blocks as `(qs, d[, m])`} for the tensors of `reader` stored in `fmt` (Q/K rows un-permuted)."
-    out = {}
-    for t in reader.tensors:
-        if t.tensor_type.name.lower() != fmt: continue
-        raw = torch.from_numpy(t.data.copy())                               # (N, bytes per row) uint8
-        if t.name.endswith('attn_q.weight'): raw = unpermute_rope(raw, cfg.n_heads)
-        if t.name.endswith('attn_k.weight'): raw = unpermute_rope(raw, cfg.n_kv_heads)
-        out[t.name] = _split_q4_1(raw) if fmt == 'q4_1' else _split_q8_0(raw)
-    return out
-
-def to_blocks(llm:LLM, fmt:str='q4_1', gguf_path=None, head:str='q8_0', act:str|None=None) -> LLM:
-    "`llm` with every block projection in `fmt` ('q4_1' or 'q8_0') blocks and the LM head in `head` blocks (None: left as it is); blocks the GGUF file `gguf_path` already stores in that format are taken as they are, others are rounded from `llm`'s float weights; `act`: the layers' activations (see `Q4_1Linear`)."
-    if fmt not in BLOCK_FORMATS: raise ValueError(f"to_blocks: fmt must be one of {list(BLOCK_FORMATS)}, got {fmt!r}")
-    if head not in (None, *BLOCK_FORMATS): raise ValueError(f"to_blocks: head must be None or one of {list(BLOCK_FORMATS)}, got {head!r}")
-    m = llm.model
-    if m.dtype != torch.float32 or m.device.type != 'cpu': raise ValueError(f"to_blocks: the block kernels run on the CPU with float32 activations; got a {m.dtype} model on {m.device}")
-    cfg, raw = m.cfg, {}
-    if gguf_path is not None:
-        from minillm.weights import _read_gguf
-        reader = _read_gguf(gguf_path)
-        raw = _raw_blocks(reader, cfg, fmt) | ({} if head in (None, fmt) else _raw_blocks(reader, cfg, head))
-    kept = made = 0
-    for i, blk in enumerate(m.layers):
-        for (part, name), parts in _GGUF_PARTS.items():
-            mod = getattr(blk, part); lin = getattr(mod, name)
-            if not isinstance(lin, nn.Linear): raise ValueError(f"to_blocks: layer {i} {part}.{name} is already a {type(lin).__name__}; start from a float model")
-            keys = [f'blk.{i}.{p}.weight' for p in parts]
-            if all(k in raw for k in keys):
-                new = BLOCK_FORMATS[fmt](*[torch.cat(z) for z in zip(*(raw[k] for k in keys))], bias=lin.bias, act=act); kept += 1
-            else: new = BLOCK_FORMATS[fmt].from_float(lin.weight, lin.bias, act); made += 1
-            setattr(mod, name, new)
-    if head is not None:
-        hw = m.embed_tokens.weight if m.lm_head is None else m.lm_head.weight
-        key = 'token_embd.weight' if m.lm_head is None else 'output.weight'
-        m.lm_head = BLOCK_FORMATS[head](*raw[key], act=act) if key in raw else BLOCK_FORMATS[head].from_float(hw, act=act)
-    for blk in m.layers: blk.__class__ = FusedBlock                      # the same modules and weights, the fused forward
-    m.block_stats = dict(kept=kept, rounded=made)
-    return llm
-
-def load_blocks(path=None, device='cpu', progress:bool=True, fmt:str='q4_1', act:str|None=None) -> LLM:
-    "Load `path` (default: the embedded SmolLM2-135M-Instruct's Q4_1 GGUF file) with its block projections in `fmt` blocks and its head in Q8_0, the file's own blocks kept where it stores them in that format."
-    from minillm.weights import default_gguf
-    if str(device) != 'cpu': raise ValueError(f"dtype={fmt!r} runs on the CPU (its kernels are C++ for x86/ARM CPUs), got device={device!r}")
-    llm = LLM(*load_weights(path, 'cpu', torch.float32, progress))        # the embedded model: its folder, converted from the GGUF file
-    gguf_file = default_gguf(progress=progress) if path is None else Path(path).expanduser()
-    to_blocks(llm, fmt, gguf_file if gguf_file.is_file() else None, head='q8_0', act=act)
-    llm.name = f"{llm.name} ({fmt})"
-    return llm
-
-def load_q4_1(path=None, device='cpu', progress:bool=True, act:str|None=None) -> LLM:
-    "`LLM.load(path, dtype='q4_1')`: block projections in Q4_1 blocks (the file's own when it stores Q4_1), LM head in Q8_0, run by the C++ kernels."
-    return load_blocks(path, device, progress, 'q4_1', act)
-
-def load_q8_0(path=None, device='cpu', progress:bool=True, act:str|None=None) -> LLM:
-    "`LLM.load(path, dtype='q8_0')`: the int8 weight-only form of any GGUF file or float model: Q8_0 blocks of 32 (a float16 scale each) everywhere, head included."
-    return load_blocks(path, device, progress, 'q8_0', act)
-
-register_format('q4_1', '09', "the file's Q4_1 blocks (Q8_0 head) kept as they are, run by a C++ kernel (int16, int8 or float32 activations)",
-                lambda call: load_q4_1(call.path, call.device, call.progress, call.options.get('activations')))
-register_format('q8_0', '09', "int8 weight-only: Q8_0 blocks of 32 for every projection and the head, run by a C++ kernel",
-                lambda call: load_q8_0(call.path, call.device, call.progress, call.options.get('activations')))
-
-def _apply_activations(llm, act, call):
-    if call.dtype not in BLOCK_FORMATS: raise ValueError(f"activations={act!r} applies to dtype='q4_1' or 'q8_0', got dtype={call.dtype!r}")
-    return llm                                                          # the format's build already used it
-
-register_load_option('activations', '09', "dtype='q4_1'/'q8_0': 'int16' or 'int8' (activations rounded to blocks of 32, integer dot products) or 'float32' (exact); None: 'int16' where the CPU has VNNI",
-                     default=None, check=check_activations, apply=_apply_activations)
-
-
 # %% ../nbs/09_fast.ipynb #blk-prof
 import contextlib, statistics
-MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')
+MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'minillm::block_decode', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')   # block_decode: a block's whole decode step (chapter 09a), products and attention
 
 @contextlib.contextmanager
 def _labelled():
@@ -1174,6 +567,8 @@ def step_split(llm, context:int=64, steps:int=16) -> dict:
     res['rest'] = max(res['step'] - sum(v for k, v in res.items() if k != 'step'), 0.0)
     return res
 
+
+# %% ../nbs/09_fast.ipynb #blk-prof-2
 def minillm_runner(llm:LLM):
     "`run(ids, max_new_tokens) -> token ids`: greedy decoding by `llm`, EOS ignored (the form of `llama_cpp_runner`)."
     return lambda ids, n: llm.generate(list(ids), max_new_tokens=n, ignore_eos=True).token_ids
@@ -1205,3 +600,17 @@ def print_bench(res:dict, baseline:str|None=None, file=None):
     v = max(len(base) + 5, 8)
     print(f"{'system':{w}}{'tok/s':>8}{'ms/token':>10}{'vs ' + base:>{v}}{'agree':>7}", file=file)
     for k, r in res.items(): print(f"{k:{w}}{r['tok_s']:8.1f}{r['ms_per_token']:10.2f}{r['ratio']:{v - 1}.2f}x{r['agree']:7}", file=file)
+
+# %% ../nbs/09_fast.ipynb #moved
+_MOVED = ('QKERNEL_SOURCE', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'default_activations',
+          'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock', 'to_blocks', 'load_blocks',
+          'load_q4_1', 'load_q8_0')   # chapter 09a's names (minillm.kernels.__all__)
+
+def __getattr__(name:str):
+    "A name that moved to chapter 09a (`minillm.kernels`): its object, from that module."
+    if name in _MOVED:
+        import minillm.kernels
+        return getattr(minillm.kernels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+import minillm.kernels     # chapter 09a: `LLM.load(dtype='q4_1'|'q8_0', activations=...)` run the file's blocks, as before the split
