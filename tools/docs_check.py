@@ -52,7 +52,8 @@ def page_ids(base, path):
     p = Ids(); p.feed(text)
     return frozenset(p.ids)
 
-def norm(s): return re.sub(r'\s+', ' ', s or '').strip()
+_QUOTES = str.maketrans({'\u2018': "'", '\u2019': "'", '\u201c': '"', '\u201d': '"'})   # Sphinx's smart quotes
+def norm(s): return re.sub(r'\s+', ' ', (s or '').translate(_QUOTES)).strip()
 
 def check_page(page, base, facts, exported, prefixes, failures):
     doc = facts['doc']
