@@ -136,7 +136,7 @@ def check_sidebar(page, base, pages, failures):
     page.goto(base + 'index.html', wait_until='load')
     nav = page.evaluate('''() => Array.from(document.querySelectorAll('nav.bd-docs-nav a.reference, nav.bd-docs-nav p.caption'))
         .map(e => e.tagName === 'P' ? ['section', e.innerText.trim()] : ['page', e.getAttribute('href')])''')
-    got = [(k, v.split('#')[0]) for k, v in nav if not (k == 'page' and v.startswith('http'))]
+    got = [(k, v.split('#')[0]) for k, v in nav if not (k == 'page' and v.startswith(('http://', 'https://')))]
     want, last = [], object()
     for f in pages:
         if f['doc'] == 'index': want.append(('page', 'index.html')); continue
