@@ -406,7 +406,7 @@ class LLM:
              **options) -> 'LLM':                 # registered options, in chapter order: see `load_options()`
         """Load a model and its tokenizer. Everything beyond a torch dtype is added by a chapter and listed by `load_options()`:
         `rope_scaling` (01: a transformers-style dict that overrides the file's RoPE), `dtype='int8'`, `'q8_0'`, `'q4_0'`, `'q4_1'`
-        and `compile` (09: weight formats and a compiled decode step), `tensor_parallel_size` (12: shards in worker processes).
+        and `compile` (09: weight formats and a compiled decode step), `tensor_parallel_size` (12a: shards in worker processes).
         Every option is checked before anything is read, and an option no loaded chapter knows is a `ValueError`."""
         if (bad := sorted(set(options) - set(LOAD_OPTIONS))):
             raise ValueError(f"LLM.load got unknown option(s) {bad}; the loaded chapters take: {', '.join(LOAD_OPTIONS) or 'none'} "
