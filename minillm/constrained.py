@@ -456,7 +456,7 @@ def _tokenizer_for(V:int) -> Tokenizer:
 # %% ../nbs/05a_constrained.ipynb #cc000043-t1
 class Constraint:
     "An output format as a regular language: `apply(logits, tokens, n_prompt)` sends every token it forbids to -inf, row by row."
-    path = 'regex'                                               # how it was compiled (chapter 05c's grammar path gives 'grammar')
+    path = 'regex'                                               # how it was compiled (chapter 05d's grammar path gives 'grammar')
     def __init__(self, regex:str, kind:str='regex', source=None, tokenizer:Tokenizer|None=None):
         self.regex, self.kind, self.source, self.tokenizer = regex, kind, source, tokenizer
         t0 = time.perf_counter()
@@ -573,12 +573,12 @@ def _compile_cached(kind:str, key:str, backend:str='minillm'):
     return (Constraint if backend == 'minillm' else LLGConstraint)(regex, kind, source)
 
 # %% ../nbs/05a_constrained.ipynb #cc000061-t1
-SCHEMA_PATHS = {}   # other ways to compile a JSON schema: importing chapter 05b adds 'grammar' (chapter 05c's rules on 05b's recognizer)
+SCHEMA_PATHS = {}   # other ways to compile a JSON schema: importing chapter 05b adds 'grammar' (chapter 05d's rules on 05b's recognizer)
 
 def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|None=None, json_object:bool=False,
                        tokenizer:Tokenizer|None=None, backend:str='minillm', path:str='auto'):
     """A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance.
-    A schema takes `path='regex'` (chapter 05c's regex, on this chapter's automaton) or `'grammar'` (05c's rules on chapter 05b's recognizer, once `minillm.grammars` is imported); `'auto'` takes the grammar path when it is there."""
+    A schema takes `path='regex'` (chapter 05c's regex, on this chapter's automaton) or `'grammar'` (05d's rules on chapter 05b's recognizer, once `minillm.grammars` is imported); `'auto'` takes the grammar path when it is there."""
     given = [k for k, v in dict(regex=regex, json_schema=json_schema, choice=choice).items() if v is not None] + (['json_object'] if json_object else [])
     if len(given) != 1: raise ValueError(f"give exactly one of regex, json_schema, choice or json_object=True; got {given or 'none'}")
     kind = given[0]
