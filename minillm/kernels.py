@@ -15,8 +15,8 @@ from .fast import _groups, _round_away   # chapter 09's block rounding (importin
 
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'default_activations',
-           'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock', 'to_blocks',
-           'load_blocks', 'load_q4_1', 'load_q8_0', 'QKERNEL_SOURCE']
+           'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock',
+           'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0', 'QKERNEL_SOURCE']
 
 # %% ../nbs/09a_kernels.ipynb #blk-build
 from .kernels_src import QKERNEL_SOURCE                           # the C++ source, chapter 09b
@@ -215,6 +215,69 @@ class FusedBlock(Block):
         gate_up = self.mlp.gate_up_proj(x, norm=self.post_attention_layernorm)
         return self.mlp.down_proj(gate_up, residual=x, silu_mul=True)           # x + MLP
 
+# %% ../nbs/09a_kernels.ipynb #blk-step-py
+from .model import Transformer, rope_tables
+
+def _projections(m):
+    "Every block projection of `m` in order, then its head (read from `_modules`: a step reads them once, without `nn.Module.__getattr__`)."
+    out = []
+    for b in m._modules['layers']._modules.values():
+        a, f = b._modules['self_attn']._modules, b._modules['mlp']._modules
+        out += (a['qkv_proj'], a['o_proj'], f['gate_up_proj'], f['down_proj'])
+    return out + [m._modules['lm_head']]
+
+def _step_weights(m):
+    "`(key, weights, eps, head, act, other)` for `model_decode`, cached on `m` and rebuilt when a projection or its activations change; `act` None where a layer is not a C++ block layer with integer activations."
+    lins = _projections(m)
+    key = tuple((id(l), l.__dict__.get('act')) for l in lins)
+    cached = m.__dict__.get('_step_cache')
+    if cached is not None and cached[0] == key: return cached
+    act = lins[0].__dict__.get('act', 'float32')
+    ok = act != 'float32' and all(isinstance(l, (Q4_1Linear, Q8_0Linear)) and l.fast and l.act == act and l.bias is None for l in lins) \
+         and all(type(b) is FusedBlock for b in m.layers) and m.embed_tokens.weight.dtype == torch.float32
+    w, eps = [], []
+    if ok:
+        for b in m.layers:
+            a, mlp = b.self_attn, b.mlp
+            w += [b.input_layernorm.weight.detach(), *_parts(a.qkv_proj), *_parts(a.o_proj), b.post_attention_layernorm.weight.detach(),
+                  *_parts(mlp.gate_up_proj), *_parts(mlp.down_proj)]
+            eps += [float(b.input_layernorm.eps), float(b.post_attention_layernorm.eps)]
+        eps.append(float(m.norm.eps))
+    other = (m.embed_tokens.weight.detach(), m.norm.weight.detach(), m.layers[0].self_attn.H)
+    m._step_cache = (key, w, eps, list(_parts(m.lm_head)) if ok else None, act if ok else None, other)
+    return m._step_cache
+
+def _rope_table(m, n:int):
+    "cos and folded sin `(n, D)` for positions 0..n-1, made once per length by chapter 00's `rope_tables`."
+    tabs = m.__dict__.setdefault('_rope_tabs', {})
+    if n not in tabs:
+        cos, sin = rope_tables(torch.arange(n)[None], m.cfg.head_dim, m.cfg.rope_theta)          # (1, 1, n, D)
+        tabs.clear(); tabs[n] = (cos[0, 0].contiguous(), sin[0, 0].contiguous())
+    return tabs[n]
+
+def _model_decode(m, ids, cache):
+    "Logits `(B, 1, V)` of a one-token step of `m` in one C++ call (`minillm::model_decode`), the cache advanced; None where it does not apply."
+    if m.cfg.rope_scaling is not None or torch.compiler.is_compiling() or ids.dtype != torch.long or ids.device.type != 'cpu': return None
+    if cache.dtype != torch.float32 or cache.batch_size != ids.shape[0]: return None
+    lens = cache._lengths
+    lo = int(lens[0])
+    if lo + 1 > cache.max_len or (len(lens) > 1 and not bool((lens == lo).all())): return None   # overflow (chapter 00 says so), ragged rows
+    _, w, eps, head, act, (embed, norm, H) = _step_weights(m)
+    if act is None: return None
+    cos, sin = _rope_table(m, cache.max_len)
+    logits = torch.ops.minillm.model_decode(ids.contiguous(), embed, w, eps, norm, head, cache._k, cache._v, lo, cos, sin, H, ACT_BITS[act])
+    cache.advance(1)
+    return logits
+
+class FusedTransformer(Transformer):
+    "Chapter 00's `Transformer` for block models: a one-token step on a plain `KVCache` with equal row lengths and integer activations runs in one C++ call (`model_decode`) while `cpp_step` and `FusedBlock.cpp_decode` are True; every other call runs chapter 00's forward."
+    cpp_step = True
+    def forward(self, ids, cache=None, pos=None, mask=None, last_only:bool=False):
+        if self.cpp_step and FusedBlock.cpp_decode and pos is None and mask is None and type(cache) is KVCache and ids.dim() == 2 and ids.shape[1] == 1:
+            logits = _model_decode(self, ids, cache)
+            if logits is not None: return logits
+        return super().forward(ids, cache, pos, mask, last_only)
+
 # %% ../nbs/09a_kernels.ipynb #blk-load
 BLOCK_FORMATS = {'q4_1': Q4_1Linear, 'q8_0': Q8_0Linear}
 _GGUF_PARTS = {('self_attn', 'qkv_proj'): ('attn_q', 'attn_k', 'attn_v'), ('self_attn', 'o_proj'): ('attn_output',),
@@ -257,6 +320,7 @@ def to_blocks(llm:LLM, fmt:str='q4_1', gguf_path=None, head:str='q8_0', act:str|
         key = 'token_embd.weight' if m.lm_head is None else 'output.weight'
         m.lm_head = BLOCK_FORMATS[head](*raw[key], act=act) if key in raw else BLOCK_FORMATS[head].from_float(hw, act=act)
     for blk in m.layers: blk.__class__ = FusedBlock                      # the same modules and weights, the fused forward
+    m.__class__ = FusedTransformer                                       # and a decode step in one call
     m.block_stats = dict(kept=kept, rounded=made)
     return llm
 

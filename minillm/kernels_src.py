@@ -333,37 +333,48 @@ at::Tensor q8_0_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& 
 
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-q8-ops
-_QK_PREP = r"""// What a block does to a row just before a projection, done here to save the small operators around the call:
-// RMSNorm with weight w (norm), or SwiGLU on a row of 2K (silu(gate) * up).
-static const float* prepare(const at::Tensor& x, int64_t K, const c10::optional<at::Tensor>& norm, double eps, bool silu_mul, std::vector<float>& buf) {
-  const float* xp = x.data_ptr<float>();
-  if (!norm.has_value() && !silu_mul) return xp;
-  const int64_t M = x.numel() / (silu_mul ? 2 * K : K);
-  buf.resize(M * K);
-  for (int64_t r = 0; r < M; ++r) {
-    float* o = buf.data() + r * K;
+_QK_PREP = r"""// Scratch buffers: one set per calling thread, grown when a call needs more and reused by every later call, so that a
+// decode step allocates nothing (slots 0-1 the activations' scales and sums, 2-9 a block's rows, and the codes).
+struct Scratch { std::vector<float> f[10]; std::vector<int8_t> q8; std::vector<int16_t> q16; };
+static Scratch& scratch() { static thread_local Scratch s; return s; }
+static float* sbuf(int i, int64_t n) { auto& v = scratch().f[i]; if ((int64_t)v.size() < n) v.resize(n); return v.data(); }
+template <typename A> static A* act_buf(int64_t n) {
+  if constexpr (sizeof(A) == 1) { auto& v = scratch().q8; if ((int64_t)v.size() < n) v.resize(n); return v.data(); }
+  else { auto& v = scratch().q16; if ((int64_t)v.size() < n) v.resize(n); return v.data(); }
+}
+
+// What a block does to a row just before a projection, done here to save the small operators around the call:
+// RMSNorm with weight w (norm), or SwiGLU on a row of 2K (silu(gate) * up). M rows of x into o (M, K).
+static void prep_rows(const float* xp, int64_t M, int64_t K, const float* w, double eps, bool silu_mul, float* o) {
+  for (int64_t r = 0; r < M; ++r, o += K) {
     if (silu_mul) { const float* g = xp + r * 2 * K; for (int64_t j = 0; j < K; ++j) o[j] = g[j] / (1.f + std::exp(-g[j])) * g[K + j]; }
     else {
-      const float* v = xp + r * K; const float* w = norm->data_ptr<float>(); double ss = 0;
+      const float* v = xp + r * K; double ss = 0;
       for (int64_t j = 0; j < K; ++j) ss += double(v[j]) * v[j];
       const float s = 1.f / std::sqrt(float(ss / K) + float(eps));
       for (int64_t j = 0; j < K; ++j) o[j] = w[j] * (v[j] * s);
     }
   }
-  return buf.data();
 }
-"""   # part 6: a block's steps before a projection, done in the call
-
+static const float* prepare(const at::Tensor& x, int64_t K, const c10::optional<at::Tensor>& norm, double eps, bool silu_mul) {
+  const float* xp = x.data_ptr<float>();
+  if (!norm.has_value() && !silu_mul) return xp;
+  const int64_t M = x.numel() / (silu_mul ? 2 * K : K);
+  float* o = sbuf(2, M * K);
+  prep_rows(xp, M, K, silu_mul ? nullptr : norm->data_ptr<float>(), eps, silu_mul, o);
+  return o;
+}
+"""   # part 6: scratch buffers, and a block's steps before a projection, done in the call
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-q8-ops2
 _QK_OPS8 = r"""// y = x @ W^T (+ residual) with x rounded to integer blocks first (bits 8 or 16; q4 true: W in Q4_1 blocks, false: Q8_0 blocks)
 template <typename A>
 static void act_mm(const float* xp, int64_t M, const uint8_t* qp, const at::Half* dp, const at::Half* mp, bool q4, int64_t N, int64_t K, float* yp, const float* res) {
   const int64_t nb = K / 32;
-  std::vector<A> xq(M * K); std::vector<float> xd(M * nb), xs(M * nb);
-  quantize_act<A>(xp, M, K, xq.data(), xd.data(), xs.data(), q4);
+  A* xq = act_buf<A>(M * K); float* xd = sbuf(0, M * nb); float* xs = sbuf(1, M * nb);    // reused, not allocated
+  quantize_act<A>(xp, M, K, xq, xd, xs, q4);
   by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const A* xr = xq.data() + r0 * K; const float* dr = xd.data() + r0 * nb; const float* sr = xs.data() + r0 * nb;
+    const A* xr = xq + r0 * K; const float* dr = xd + r0 * nb; const float* sr = xs + r0 * nb;
     float* yr = yp + r0 * N; const float* rr = res ? res + r0 * N : nullptr;
 #define DOT(RR) (q4 ? dot_act_rows<RR, true, A>(xr, dr, sr, K, qp, dp, mp, n0, n1, yr, N, rr) : dot_act_rows<RR, false, A>(xr, dr, sr, K, qp, dp, mp, n0, n1, yr, N, rr))
     switch (R) { case 1: DOT(1); break; case 2: DOT(2); break; case 3: DOT(3); break; default: DOT(4); break; }
@@ -383,8 +394,7 @@ static at::Tensor qact_mm(const at::Tensor& x, const at::Tensor& qs, const at::T
   TORCH_CHECK(!residual.has_value() || (residual->scalar_type() == at::kFloat && residual->is_contiguous() && residual->sizes().vec() == shape), "residual must be contiguous float32 of the output's shape");
   at::Tensor y = at::empty(shape, x.options());
   const int64_t M = x.numel() / Kx;
-  std::vector<float> buf;
-  const float* xp = prepare(x, K, norm, eps, silu_mul, buf);
+  const float* xp = prepare(x, K, norm, eps, silu_mul);
   const uint8_t* qp = (const uint8_t*)qs.data_ptr(); const at::Half* dp = d.data_ptr<at::Half>(); const at::Half* mp = q4 ? m.data_ptr<at::Half>() : nullptr;
   const float* res = residual.has_value() ? residual->data_ptr<float>() : nullptr;
   if (bits == 8) act_mm<int8_t>(xp, M, qp, dp, mp, q4, N, K, y.data_ptr<float>(), res);
@@ -393,7 +403,6 @@ static at::Tensor qact_mm(const at::Tensor& x, const at::Tensor& qs, const at::T
 }
 
 """   # part 7a: the integer-activation driver
-
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-q8-ops3
 _QK_OPS8B = r"""at::Tensor q4_1_qmm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m, int64_t bits,
@@ -421,15 +430,15 @@ TORCH_LIBRARY(minillm, lib) {
   lib.def("q8_0_qmm(Tensor x, Tensor qs, Tensor d, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
   lib.def("q8_isa() -> int");
   lib.def("block_decode(Tensor x, Tensor[] w, float eps1, float eps2, Tensor(a!) kc, Tensor(b!) vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
+  lib.def("model_decode(Tensor ids, Tensor embed, Tensor[] w, float[] eps, Tensor norm, Tensor[] head, Tensor(a!)[] kc, Tensor(b!)[] vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
   lib.impl("q4_1_mm", &q4_1_mm); lib.impl("q8_0_mm", &q8_0_mm);
   lib.impl("q4_1_qmm", &q4_1_qmm); lib.impl("q8_0_qmm", &q8_0_qmm);
-  lib.impl("block_decode", &block_decode);
+  lib.impl("block_decode", &block_decode); lib.impl("model_decode", &model_decode);
 }
 TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) { lib.impl("q8_isa", &q8_isa); }
 """   # part 7b: the integer-activation operators, and the registration of all of them
-
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-attn-a
 _QK_ATTN = r"""// ---- a block's whole decode step in one call: one new token per row, every row as long as the others (new slot lo)
@@ -458,7 +467,9 @@ static void attend_new(const float* qkv, const float* cs, const float* sn, float
     }
   const float scale = 1.f / std::sqrt((float)D);
   at::parallel_for(0, B * H, S * D * H >= (1 << 18) ? 1 : B * H, [&](int64_t i0, int64_t i1) {   // short contexts: one thread
-    std::vector<float> p(S), q(D);
+    static thread_local std::vector<float> p, q;                      // per thread, reused across calls
+    if ((int64_t)p.size() < S) p.resize(S);
+    if ((int64_t)q.size() < D) q.resize(D);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / H, h = i % H, g = h / (H / Hkv);
       rope(qkv + b * W + h * D, cs + b * D, sn + b * D, D, q.data());
@@ -476,32 +487,110 @@ static void attend_new(const float* qkv, const float* cs, const float* sn, float
 """   # part 8a: rotary, the cache write and attention for one new token per row
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-attn-b
-_QK_BLOCK = r"""// x (B, 1, C) -> the block's output: the four projections of qact_mm with rotary, cache write and attention between them.
-// w: input norm weight; qkv qs, d, m; o qs, d, m; post-attention norm weight; gate_up qs, d, m; down qs, d, m (Q8_0: m = d)
+_QK_BLOCK = r"""// One projection of a block: y (M, N) = in (M, K) @ W^T (+ res), W the three tensors w[i..i+2] (Q8_0: m = d).
+static void proj(const float* in, int64_t M, at::TensorList w, int i, int64_t bits, float* y, const float* res) {
+  const bool q4 = w[i].scalar_type() == at::kByte;
+  const int64_t N = w[i].size(0), K = q4 ? w[i].size(1) * 2 : w[i].size(1);
+  const uint8_t* qp = (const uint8_t*)w[i].data_ptr(); const at::Half* dp = w[i + 1].data_ptr<at::Half>();
+  const at::Half* mp = q4 ? w[i + 2].data_ptr<at::Half>() : nullptr;
+  if (bits == 8) act_mm<int8_t>(in, M, qp, dp, mp, q4, N, K, y, res); else act_mm<int16_t>(in, M, qp, dp, mp, q4, N, K, y, res);
+}
+static void check_block(at::TensorList w, int64_t C, int64_t H, int64_t Hkv, int64_t D) {   // the 14 tensors of one block
+  TORCH_CHECK(w.size() == 14, "a block needs 14 tensors, got ", w.size());
+  for (int i : {0, 7}) TORCH_CHECK(w[i].scalar_type() == at::kFloat && w[i].is_contiguous() && w[i].numel() == C, "the norm weights must be float32 (", C, ",)");
+  const int64_t rows[4] = {(H + 2 * Hkv) * D, C, -1, C}, first[4] = {1, 4, 8, 11};
+  for (int p = 0; p < 4; ++p) {
+    const at::Tensor& q = w[first[p]]; const bool q4 = q.scalar_type() == at::kByte;
+    TORCH_CHECK((q4 || q.scalar_type() == at::kChar) && q.dim() == 2 && q.is_contiguous() && (rows[p] < 0 || q.size(0) == rows[p]),
+                "projection ", p, " of the block: codes must be contiguous uint8 (Q4_1) or int8 (Q8_0) with ", rows[p], " rows");
+    const int64_t K = q4 ? q.size(1) * 2 : q.size(1);
+    for (int j = 1; j < 3; ++j) TORCH_CHECK(w[first[p] + j].scalar_type() == at::kHalf && w[first[p] + j].is_contiguous() && w[first[p] + j].numel() == q.size(0) * (K / 32),
+                                            "projection ", p, " of the block: scales and minimums must be contiguous float16 (N, K/32)");
+  }
+}
+// x (B, C) -> the block's output, in place: the four projections with rotary, cache write and attention between them, every
+// intermediate row in the scratch buffers. w: input norm weight; qkv qs, d, m; o qs, d, m; post-attention norm weight;
+// gate_up qs, d, m; down qs, d, m. cs, sn: (B, D) cos and folded sin of the new position of each row.
+static void block_step(float* x, int64_t B, int64_t C, at::TensorList w, double eps1, double eps2, float* kc, float* vc, int64_t Hkv,
+                       int64_t Smax, int64_t D, int64_t lo, const float* cs, const float* sn, int64_t H, int64_t bits) {
+  const int64_t W = (H + 2 * Hkv) * D, F = w[8].size(0) / 2;
+  float* xn = sbuf(2, B * C); float* qkv = sbuf(3, B * W); float* att = sbuf(4, B * H * D);
+  float* h = sbuf(5, B * C); float* gu = sbuf(6, B * 2 * F); float* g = sbuf(7, B * F);
+  prep_rows(x, B, C, w[0].data_ptr<float>(), eps1, false, xn);                   // RMSNorm
+  proj(xn, B, w, 1, bits, qkv, nullptr);                                         // q, k, v
+  attend_new(qkv, cs, sn, kc, vc, B, H, Hkv, D, Smax, lo, att);                 // rotary, cache write, attention
+  proj(att, B, w, 4, bits, h, x);                                                // h = x + attention
+  prep_rows(h, B, C, w[7].data_ptr<float>(), eps2, false, xn);                   // RMSNorm
+  proj(xn, B, w, 8, bits, gu, nullptr);                                          // gate and up
+  prep_rows(gu, B, F, nullptr, 0., true, g);                                     // SwiGLU
+  proj(g, B, w, 11, bits, x, h);                                                 // x = h + MLP
+}
+
+// The operator: x (B, 1, C) -> the block's output (a new tensor), kc, vc (B, H_kv, S_max, D) written at slot lo.
 at::Tensor block_decode(const at::Tensor& x, at::TensorList w, double eps1, double eps2, const at::Tensor& kc, const at::Tensor& vc,
                         int64_t lo, const at::Tensor& cs, const at::Tensor& sn, int64_t H, int64_t bits) {
-  TORCH_CHECK(w.size() == 14, "block_decode: w must hold 14 tensors, got ", w.size());
   TORCH_CHECK(x.dim() == 3 && x.size(1) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "block_decode: x must be contiguous float32 (B, 1, C)");
-  const int64_t B = x.size(0);
+  const int64_t B = x.size(0), C = x.size(2);
   TORCH_CHECK(kc.dim() == 4 && kc.size(0) == B && kc.sizes() == vc.sizes() && kc.is_contiguous() && vc.is_contiguous() &&
               kc.scalar_type() == at::kFloat && vc.scalar_type() == at::kFloat, "block_decode: kc, vc must be contiguous float32 (B, H_kv, S_max, D)");
   const int64_t Hkv = kc.size(1), Smax = kc.size(2), D = kc.size(3);
   TORCH_CHECK(0 <= lo && lo < Smax && H % Hkv == 0, "block_decode: slot ", lo, " outside a cache of ", Smax, ", or ", H, " heads for ", Hkv, " key/value heads");
   TORCH_CHECK(cs.scalar_type() == at::kFloat && sn.scalar_type() == at::kFloat && cs.is_contiguous() && sn.is_contiguous() &&
               cs.numel() == B * D && sn.numel() == B * D, "block_decode: cos, sin must be contiguous float32 (B, 1, 1, D)");
-  auto mm = [&](const at::Tensor& in, int i, const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& res, bool silu) {
-    return qact_mm(in, w[i], w[i + 1], w[i + 2], w[i].scalar_type() == at::kByte, bits, norm, eps, res, silu);
-  };
-  at::Tensor qkv = mm(x, 1, w[0], eps1, c10::nullopt, false);                   // (B, 1, (H + 2 Hkv) D), the RMSNorm inside
-  TORCH_CHECK(qkv.size(-1) == (H + 2 * Hkv) * D, "block_decode: qkv_proj gives ", qkv.size(-1), " columns, expected ", (H + 2 * Hkv) * D);
-  at::Tensor att = at::empty({B, 1, H * D}, x.options());
-  attend_new(qkv.data_ptr<float>(), cs.data_ptr<float>(), sn.data_ptr<float>(), kc.data_ptr<float>(), vc.data_ptr<float>(),
-             B, H, Hkv, D, Smax, lo, att.data_ptr<float>());
-  at::Tensor h = mm(att, 4, c10::nullopt, 0., x, false);                        // x + attention
-  at::Tensor gu = mm(h, 8, w[7], eps2, c10::nullopt, false);                    // gate and up of the RMSNorm of h
-  return mm(gu, 11, c10::nullopt, 0., h, true);                                 // h + MLP
+  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
+  check_block(w, C, H, Hkv, D);
+  at::Tensor y = x.clone();
+  block_step(y.data_ptr<float>(), B, C, w, eps1, eps2, kc.data_ptr<float>(), vc.data_ptr<float>(), Hkv, Smax, D, lo,
+             cs.data_ptr<float>(), sn.data_ptr<float>(), H, bits);
+  return y;
 }
-"""   # part 8b: a block's whole decode step in one call
+"""   # part 8b: a block's whole decode step, and the operator that runs one block
+
+# %% ../nbs/09b_kernel_source.ipynb #blk-step
+_QK_STEP = r"""// ---- a whole decode step in one call: the embedding rows of the new tokens, every block, the final norm and the head.
+// ids (B, 1) int64; embed (V, C) float32; w: 14 tensors per block, in order; eps: 2 per block, then the final norm's; head: qs, d, m
+// of the LM head (Q8_0: m = d); kc, vc: one (B, H_kv, S_max, D) cache per block, every row holding lo positions; cos, sin: (P, D)
+// tables by position (P > lo). Returns the logits (B, 1, V); the caller counts the new position in its cache.
+at::Tensor model_decode(const at::Tensor& ids, const at::Tensor& embed, at::TensorList w, at::ArrayRef<double> eps, const at::Tensor& norm,
+                        at::TensorList head, at::TensorList kc, at::TensorList vc, int64_t lo, const at::Tensor& cos, const at::Tensor& sin,
+                        int64_t H, int64_t bits) {
+  const int64_t L = kc.size(), B = ids.size(0), V = embed.size(0), C = embed.size(1);
+  TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "model_decode: ids must be contiguous int64 (B, 1)");
+  TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == at::kFloat && embed.is_contiguous(), "model_decode: embed must be contiguous float32 (V, C)");
+  TORCH_CHECK(L > 0 && (int64_t)vc.size() == L && (int64_t)w.size() == 14 * L && (int64_t)eps.size() == 2 * L + 1 && head.size() == 3,
+              "model_decode: need 14 weights and 2 eps per block for ", L, " blocks (caches), one final eps and 3 head tensors");
+  TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == C, "model_decode: norm must be float32 (C,)");
+  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
+  TORCH_CHECK(kc[0].dim() == 4 && kc[0].size(0) == B, "model_decode: caches must be (B, H_kv, S_max, D) for ", B, " rows");
+  const int64_t Hkv = kc[0].size(1), Smax = kc[0].size(2), D = kc[0].size(3);
+  for (int64_t l = 0; l < L; ++l) {
+    TORCH_CHECK(kc[l].sizes() == kc[0].sizes() && vc[l].sizes() == kc[0].sizes() && kc[l].is_contiguous() && vc[l].is_contiguous() &&
+                kc[l].scalar_type() == at::kFloat && vc[l].scalar_type() == at::kFloat, "model_decode: cache ", l, " must be contiguous float32 like cache 0");
+    check_block(w.slice(14 * l, 14), C, H, Hkv, D);
+  }
+  TORCH_CHECK(0 <= lo && lo < Smax && H % Hkv == 0, "model_decode: slot ", lo, " outside a cache of ", Smax, ", or ", H, " heads for ", Hkv, " key/value heads");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(1) == D && cos.size(0) > lo && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
+              cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat, "model_decode: cos, sin must be contiguous float32 (P > lo, D) tables");
+  const bool hq4 = head[0].scalar_type() == at::kByte;
+  TORCH_CHECK((hq4 || head[0].scalar_type() == at::kChar) && head[0].dim() == 2 && head[0].size(1) * (hq4 ? 2 : 1) == C &&
+              head[1].numel() == head[0].size(0) * (C / 32) && head[2].numel() == head[1].numel(), "model_decode: the head must be Q4_1 or Q8_0 blocks with ", C, " columns");
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  float* x = sbuf(8, B * C); float* cs = sbuf(9, 2 * B * D); float* sn = cs + B * D;
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(0 <= ip[b] && ip[b] < V, "model_decode: token id ", ip[b], " outside the vocabulary of ", V);
+    std::memcpy(x + b * C, embed.data_ptr<float>() + ip[b] * C, C * sizeof(float));          // the embedding row
+    std::memcpy(cs + b * D, cos.data_ptr<float>() + lo * D, D * sizeof(float));               // every row at position lo
+    std::memcpy(sn + b * D, sin.data_ptr<float>() + lo * D, D * sizeof(float));
+  }
+  for (int64_t l = 0; l < L; ++l)
+    block_step(x, B, C, w.slice(14 * l, 14), eps[2 * l], eps[2 * l + 1], kc[l].data_ptr<float>(), vc[l].data_ptr<float>(), Hkv, Smax, D, lo, cs, sn, H, bits);
+  float* xn = sbuf(2, B * C);
+  prep_rows(x, B, C, norm.data_ptr<float>(), eps[2 * L], false, xn);               // the final norm
+  at::Tensor logits = at::empty({B, 1, head[0].size(0)}, embed.options());
+  proj(xn, B, head, 0, bits, logits.data_ptr<float>(), nullptr);                   // the head
+  return logits;
+}
+"""   # part 9: a whole decode step in one call
 
 # %% ../nbs/09b_kernel_source.ipynb #ks-join
-QKERNEL_SOURCE = _QK_HEAD + _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_DOT8_PAIR + _QK_DOT8_TAIL + _QK_OPS + _QK_PREP + _QK_OPS8 + _QK_ATTN + _QK_BLOCK + _QK_OPS8B
+QKERNEL_SOURCE = _QK_HEAD + _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_DOT8_PAIR + _QK_DOT8_TAIL + _QK_OPS + _QK_PREP + _QK_OPS8 + _QK_ATTN + _QK_BLOCK + _QK_STEP + _QK_OPS8B
