@@ -14,11 +14,13 @@ from .weights import LLM, load_weights, register_format, register_load_option, u
 from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers its forms first, which these replace)
 
 # %% auto #0
-__all__ = ['ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'default_activations',
-           'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock',
-           'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0', 'QKERNEL_SOURCE']
+__all__ = ['STEP_PHASES', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'plain_loop',
+           'step_phases', 'default_activations', 'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear',
+           'Q8_0Linear', 'FusedBlock', 'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0',
+           'QKERNEL_SOURCE']
 
 # %% ../nbs/09a_kernels.ipynb #blk-build
+import os
 from .kernels_src import QKERNEL_SOURCE                           # the C++ source, chapter 09b
 _all_ = ['QKERNEL_SOURCE']                                               # still importable from here, as before
 _QK = {}
@@ -33,6 +35,7 @@ def qkernels(verbose:bool=False) -> bool:
         if not hasattr(torch.ops.minillm, 'q4_1_mm'):
             load_inline(name=name, cpp_sources=QKERNEL_SOURCE, extra_cflags=['-O3', '-march=native', '-fopenmp'],
                         extra_ldflags=['-fopenmp'], is_python_module=False, verbose=verbose)
+        if os.environ.get('MINILLM_PLAIN_KERNELS') == '1': torch.ops.minillm.set_plain(True)      # the plain loop, VNNI or not
         for op in ('q4_1_mm', 'q8_0_mm', 'q4_1_qmm', 'q8_0_qmm'):                                   # output shapes, for torch.compile
             if not torch._C._dispatch_has_kernel_for_dispatch_key(f'minillm::{op}', 'Meta'):
                 torch.library.register_fake(f'minillm::{op}')(lambda x, qs, *rest, **kw: x.new_empty(*x.shape[:-1], qs.shape[0]))
@@ -51,6 +54,29 @@ def q8_isa() -> int:
     "How the int8-activation kernels were compiled: 2 with AVX-512 VNNI, 0 as a plain loop (-1: no kernels)."
     return int(torch.ops.minillm.q8_isa()) if qkernels() else -1
 
+def plain_loop(on:bool=True) -> int:
+    "Run the integer kernels' plain loop even where VNNI was compiled (for tests, and to measure what VNNI buys; `MINILLM_PLAIN_KERNELS=1` in the environment does it when the kernels load); returns `q8_isa()` after the change."
+    if not isinstance(on, bool): raise ValueError(f"plain_loop: on must be True or False, got {on!r}")
+    if qkernels(): torch.ops.minillm.set_plain(on)
+    return q8_isa()
+
+STEP_PHASES = ('norms and SwiGLU', 'rounding activations', 'block products', 'attention', 'head product')
+def step_phases(fn, n:int=1) -> dict:
+    "Milliseconds per call of `fn()` (which runs C++ decode steps) in each phase of the step, counted inside the C++ calls, plus 'rest of the calls' (embedding, scratch, dispatch inside) and 'outside the calls' (Python), over `n` calls."
+    if not isinstance(n, int) or n < 1: raise ValueError(f"step_phases: n must be an integer >= 1, got {n!r}")
+    if not qkernels(): raise RuntimeError(f"step_phases needs the C++ kernels: {qkernel_error()}")
+    import time
+    torch.ops.minillm.step_phases(True)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n): fn()
+        wall = time.perf_counter() - t0
+    finally: ph = torch.ops.minillm.step_phases(False)
+    res = {k: v / n * 1e3 for k, v in zip(STEP_PHASES, ph)}
+    res['rest of the calls'] = max(ph[5] - sum(ph[:5]), 0.) / n * 1e3
+    res['outside the calls'] = max(wall - ph[5], 0.) / n * 1e3
+    return res
+
 ACTIVATIONS = ('int16', 'int8', 'float32')
 ACT_BITS = {'int16': 16, 'int8': 8}
 def default_activations() -> str:
@@ -60,7 +86,6 @@ def default_activations() -> str:
 def check_activations(act) -> str:
     if act not in ACTIVATIONS: raise ValueError(f"activations must be one of {ACTIVATIONS} (or None: {default_activations()!r} on this machine), got {act!r}")
     return act
-
 
 # %% ../nbs/09a_kernels.ipynb #blk-mods
 def q4_1_blocks(w:torch.Tensor):

@@ -17,6 +17,7 @@ _QK_HEAD = r"""
 #include <vector>
 #include <cmath>
 #include <algorithm>
+#include <chrono>
 
 // y (M, N) = x (M, K) @ W^T for W stored as GGUF blocks of 32 along each row.
 // Q4_1: qs (N, K/2) uint8, d, m (N, K/32) float16:  w[j] = d * (qs[j] & 15) + m, w[j + 16] = d * (qs[j] >> 4) + m
@@ -27,8 +28,19 @@ static inline float h2f(const at::Half h) { return _cvtsh_ss(h.x); }      // one
 static inline float h2f(const at::Half h) { return static_cast<float>(h); }
 #endif
 
-"""   # part 0 of the kernels' C++ source: headers, the layouts, float16 to float32
+// Two switches: g_plain runs the integer dot products' plain loop even where VNNI was compiled (for the tests, and to
+// measure what VNNI buys); g_timing adds the seconds of each phase of a step to g_phase (norms and SwiGLU, rounding the
+// activations, block products, attention, head product, the whole call), read by the operator step_phases.
+static bool g_plain = false, g_timing = false;
+static int g_dot = 2;                                                   // the phase the products count to: 2 blocks, 4 the head
+static double g_phase[6];
+struct Phase {
+  int i; std::chrono::steady_clock::time_point t0;
+  explicit Phase(int i_) : i(i_) { if (g_timing) t0 = std::chrono::steady_clock::now(); }
+  ~Phase() { if (g_timing) g_phase[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
 
+"""   # part 0 of the kernels' C++ source: headers, the layouts, float16 to float32, two switches
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-src
 _QK_Q4_1 = r"""template <int R>
@@ -200,9 +212,16 @@ static void dot_act_rows(const A* xq, const float* xd, const float* xs, int64_t 
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* q = qs + n * rowbytes;
     const at::Half* dn = d + n * nb; const at::Half* mn = Q4 ? m + n * nb : nullptr;
+#ifdef __AVX512F__
+    if (n + 4 < n1) {                                                  // ask for the row four ahead now: its bytes arrive while these are summed
+      for (int64_t o = 0; o < rowbytes; o += 64) _mm_prefetch((const char*)(q + 4 * rowbytes + o), _MM_HINT_T0);
+      _mm_prefetch((const char*)(dn + 4 * nb), _MM_HINT_T0); if (Q4) _mm_prefetch((const char*)(mn + 4 * nb), _MM_HINT_T0);
+    }
+#endif
     float tot[R];
     int64_t b = 0;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    if (!g_plain) {                                                    // (g_plain: the loop at the end does every block)
     __m512 acc[R]; __m128 macc[R], macc4[R];
     for (int r = 0; r < R; ++r) { acc[r] = _mm512_setzero_ps(); macc[r] = macc4[r] = _mm_setzero_ps(); }
     if (Q4) {
@@ -259,6 +278,7 @@ _QK_DOT8_PAIR = r"""    for (; b + 2 <= nb; b += 2) {                           
       __m128 t = _mm_add_ps(macc[r], _mm_movehdup_ps(macc[r])), t4 = _mm_add_ps(macc4[r], _mm_movehl_ps(macc4[r], macc4[r]));
       tot[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
     }
+    } else for (int r = 0; r < R; ++r) tot[r] = 0.f;
 """   # part 4b: two blocks per step, and the sums of the lanes
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-q8-b2
@@ -346,6 +366,7 @@ template <typename A> static A* act_buf(int64_t n) {
 // What a block does to a row just before a projection, done here to save the small operators around the call:
 // RMSNorm with weight w (norm), or SwiGLU on a row of 2K (silu(gate) * up). M rows of x into o (M, K).
 static void prep_rows(const float* xp, int64_t M, int64_t K, const float* w, double eps, bool silu_mul, float* o) {
+  Phase ph(0);
   for (int64_t r = 0; r < M; ++r, o += K) {
     if (silu_mul) { const float* g = xp + r * 2 * K; for (int64_t j = 0; j < K; ++j) o[j] = g[j] / (1.f + std::exp(-g[j])) * g[K + j]; }
     else {
@@ -372,7 +393,8 @@ template <typename A>
 static void act_mm(const float* xp, int64_t M, const uint8_t* qp, const at::Half* dp, const at::Half* mp, bool q4, int64_t N, int64_t K, float* yp, const float* res) {
   const int64_t nb = K / 32;
   A* xq = act_buf<A>(M * K); float* xd = sbuf(0, M * nb); float* xs = sbuf(1, M * nb);    // reused, not allocated
-  quantize_act<A>(xp, M, K, xq, xd, xs, q4);
+  { Phase ph(1); quantize_act<A>(xp, M, K, xq, xd, xs, q4); }
+  Phase ph(g_dot);
   by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
     const A* xr = xq + r0 * K; const float* dr = xd + r0 * nb; const float* sr = xs + r0 * nb;
     float* yr = yp + r0 * N; const float* rr = res ? res + r0 * N : nullptr;
@@ -415,9 +437,9 @@ at::Tensor q8_0_qmm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor&
   TORCH_CHECK(qs.scalar_type() == at::kChar, "q8_0_qmm: qs must be int8 (N, K)");
   return qact_mm(x, qs, d, d, false, bits, norm, eps, residual, silu_mul);
 }
-int64_t q8_isa() {   // how the integer-activation kernels were compiled: 2 AVX-512 VNNI, 0 the plain loop
+int64_t q8_isa() {   // how the integer-activation kernels run: 2 AVX-512 VNNI, 0 the plain loop (not compiled, or forced)
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  return 2;
+  return g_plain ? 0 : 2;
 #else
   return 0;
 #endif
@@ -429,6 +451,8 @@ TORCH_LIBRARY(minillm, lib) {
   lib.def("q4_1_qmm(Tensor x, Tensor qs, Tensor d, Tensor m, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
   lib.def("q8_0_qmm(Tensor x, Tensor qs, Tensor d, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
   lib.def("q8_isa() -> int");
+  lib.def("set_plain(bool on) -> int");
+  lib.def("step_phases(bool start) -> float[]");
   lib.def("block_decode(Tensor x, Tensor[] w, float eps1, float eps2, Tensor(a!) kc, Tensor(b!) vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
   lib.def("model_decode(Tensor ids, Tensor embed, Tensor[] w, float[] eps, Tensor norm, Tensor[] head, Tensor(a!)[] kc, Tensor(b!)[] vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
 }
@@ -437,7 +461,9 @@ TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
   lib.impl("q4_1_qmm", &q4_1_qmm); lib.impl("q8_0_qmm", &q8_0_qmm);
   lib.impl("block_decode", &block_decode); lib.impl("model_decode", &model_decode);
 }
-TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) { lib.impl("q8_isa", &q8_isa); }
+TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) {
+  lib.impl("q8_isa", &q8_isa); lib.impl("set_plain", &set_plain); lib.impl("step_phases", &step_phases);
+}
 """   # part 7b: the integer-activation operators, and the registration of all of them
 
 # %% ../nbs/09b_kernel_source.ipynb #blk-attn-a
@@ -460,13 +486,14 @@ static inline void rope(const float* x, const float* c, const float* s, int64_t 
 static void attend_new(const float* qkv, const float* cs, const float* sn, float* kc, float* vc, int64_t B, int64_t H, int64_t Hkv,
                        int64_t D, int64_t Smax, int64_t lo, float* y) {
   const int64_t S = lo + 1, W = (H + 2 * Hkv) * D;
+  Phase ph(3);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < Hkv; ++g) {
       rope(qkv + b * W + (H + g) * D, cs + b * D, sn + b * D, D, kc + ((b * Hkv + g) * Smax + lo) * D);
       std::memcpy(vc + ((b * Hkv + g) * Smax + lo) * D, qkv + b * W + (H + Hkv + g) * D, D * sizeof(float));
     }
   const float scale = 1.f / std::sqrt((float)D);
-  at::parallel_for(0, B * H, S * D * H >= (1 << 18) ? 1 : B * H, [&](int64_t i0, int64_t i1) {   // short contexts: one thread
+  at::parallel_for(0, B * H, S >= 16 ? 1 : B * H, [&](int64_t i0, int64_t i1) {   // heads over the threads (the first 15 positions: one thread)
     static thread_local std::vector<float> p, q;                      // per thread, reused across calls
     if ((int64_t)p.size() < S) p.resize(S);
     if ((int64_t)q.size() < D) q.resize(D);
@@ -574,6 +601,7 @@ at::Tensor model_decode(const at::Tensor& ids, const at::Tensor& embed, at::Tens
   const bool hq4 = head[0].scalar_type() == at::kByte;
   TORCH_CHECK((hq4 || head[0].scalar_type() == at::kChar) && head[0].dim() == 2 && head[0].size(1) * (hq4 ? 2 : 1) == C &&
               head[1].numel() == head[0].size(0) * (C / 32) && head[2].numel() == head[1].numel(), "model_decode: the head must be Q4_1 or Q8_0 blocks with ", C, " columns");
+  Phase whole(5);
   const int64_t* ip = ids.data_ptr<int64_t>();
   float* x = sbuf(8, B * C); float* cs = sbuf(9, 2 * B * D); float* sn = cs + B * D;
   for (int64_t b = 0; b < B; ++b) {
@@ -587,9 +615,17 @@ at::Tensor model_decode(const at::Tensor& ids, const at::Tensor& embed, at::Tens
   float* xn = sbuf(2, B * C);
   prep_rows(x, B, C, norm.data_ptr<float>(), eps[2 * L], false, xn);               // the final norm
   at::Tensor logits = at::empty({B, 1, head[0].size(0)}, embed.options());
-  proj(xn, B, head, 0, bits, logits.data_ptr<float>(), nullptr);                   // the head
+  g_dot = 4; proj(xn, B, head, 0, bits, logits.data_ptr<float>(), nullptr); g_dot = 2;   // the head
   return logits;
 }
+
+// start true: zero the phase timers and start counting; false: stop, and return the seconds counted per phase.
+std::vector<double> step_phases(bool start) {
+  if (start) std::fill(g_phase, g_phase + 6, 0.);
+  g_timing = start;
+  return std::vector<double>(g_phase, g_phase + 6);
+}
+int64_t set_plain(bool on) { g_plain = on; return 0; }    // the plain loop for the integer products, even with VNNI compiled
 """   # part 9: a whole decode step in one call
 
 # %% ../nbs/09b_kernel_source.ipynb #ks-join
