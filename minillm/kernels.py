@@ -51,9 +51,10 @@ def qkernel_error() -> str|None:
     "Why the C++ kernels could not be built (None: they were, or nobody asked yet)."
     return _QK.get('error')
 def q8_isa() -> int:
-    "How the int8-activation kernels were compiled: 2 with AVX-512 VNNI, 0 as a plain loop (-1: no kernels)."
+    "How the integer-activation kernels run: 2 with AVX-512 VNNI, 0 the plain loop (not compiled with VNNI, or forced by `plain_loop`), -1 no kernels."
     return int(torch.ops.minillm.q8_isa()) if qkernels() else -1
 
+# %% ../nbs/09a_kernels.ipynb #blk-build-2
 def plain_loop(on:bool=True) -> int:
     "Run the integer kernels' plain loop even where VNNI was compiled (for tests, and to measure what VNNI buys; `MINILLM_PLAIN_KERNELS=1` in the environment does it when the kernels load); returns `q8_isa()` after the change."
     if not isinstance(on, bool): raise ValueError(f"plain_loop: on must be True or False, got {on!r}")
@@ -280,6 +281,7 @@ def _rope_table(m, n:int):
         tabs.clear(); tabs[n] = (cos[0, 0].contiguous(), sin[0, 0].contiguous())
     return tabs[n]
 
+# %% ../nbs/09a_kernels.ipynb #blk-step-py2
 def _model_decode(m, ids, cache):
     "Logits `(B, 1, V)` of a one-token step of `m` in one C++ call (`minillm::model_decode`), the cache advanced; None where it does not apply."
     if m.cfg.rope_scaling is not None or torch.compiler.is_compiling() or ids.dtype != torch.long or ids.device.type != 'cpu': return None
