@@ -526,7 +526,7 @@ def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512, extra_bufts:bool
 
 # %% ../nbs/09_fast.ipynb #blk-prof
 import contextlib, statistics
-MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'minillm::block_decode', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')   # block_decode: a block's whole decode step (chapter 09a), products and attention
+MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'minillm::block_decode', 'minillm::model_decode', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')   # block_decode, model_decode: a block's, a whole model's decode step (chapter 09a), products, attention and norms
 
 @contextlib.contextmanager
 def _labelled():

@@ -14,510 +14,15 @@ from .weights import LLM, load_weights, register_format, register_load_option, u
 from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers its forms first, which these replace)
 
 # %% auto #0
-__all__ = ['QKERNEL_SOURCE', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa',
-           'default_activations', 'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear',
-           'FusedBlock', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0']
-
-# %% ../nbs/09a_kernels.ipynb #blk-src-0
-_QK_HEAD = r"""
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <c10/util/Half.h>
-#if defined(__AVX512F__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
-#include <cstring>
-#include <vector>
-#include <cmath>
-#include <algorithm>
-
-// y (M, N) = x (M, K) @ W^T for W stored as GGUF blocks of 32 along each row.
-// Q4_1: qs (N, K/2) uint8, d, m (N, K/32) float16:  w[j] = d * (qs[j] & 15) + m, w[j + 16] = d * (qs[j] >> 4) + m
-// Q8_0: qs (N, K) int8,    d (N, K/32) float16:      w[j] = d * qs[j]
-#ifdef __F16C__
-static inline float h2f(const at::Half h) { return _cvtsh_ss(h.x); }      // one instruction (F16C)
-#else
-static inline float h2f(const at::Half h) { return static_cast<float>(h); }
-#endif
-
-"""   # part 0 of the kernels' C++ source: headers, the layouts, float16 to float32
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-src
-_QK_Q4_1 = r"""template <int R>
-static void q4_1_rows(const float* x, int64_t K, const uint8_t* qs, const at::Half* d, const at::Half* m,
-                      const float* xsum, int64_t n0, int64_t n1, float* y, int64_t N) {
-  const int64_t nb = K / 32;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* q = qs + n * (K / 2);
-    const at::Half* dn = d + n * nb; const at::Half* mn = m + n * nb;
-    float msum[R];
-    for (int r = 0; r < R; ++r) msum[r] = 0.f;
-#ifdef __AVX512F__
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    const __m512i mask = _mm512_set1_epi32(15);
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 16)));
-      __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask));
-      __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-      const float db = h2f(dn[b]), mb = h2f(mn[b]);
-      __m512 dv = _mm512_set1_ps(db);
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
-        t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
-        acc[r] = _mm512_fmadd_ps(dv, t, acc[r]);
-        msum[r] += mb * xsum[r * nb + b];
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]) + msum[r];
-#else
-    float acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float db = h2f(dn[b]), mb = h2f(mn[b]);
-      float w[32];
-      for (int j = 0; j < 16; ++j) { w[j] = q[b * 16 + j] & 15; w[j + 16] = q[b * 16 + j] >> 4; }
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        float t = 0.f;
-        for (int j = 0; j < 32; ++j) t += w[j] * xr[j];
-        acc[r] += db * t; msum[r] += mb * xsum[r * nb + b];
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = acc[r] + msum[r];
-#endif
-  }
-}
-
-template <int R>
-"""   # part 1 of the kernels' C++ source: the header and the Q4_1 row kernel
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-src-2
-_QK_Q8_0 = r"""static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
-  const int64_t nb = K / 32;
-  for (int64_t n = n0; n < n1; ++n) {
-    const int8_t* q = qs + n * K;
-    const at::Half* dn = d + n * nb;
-#ifdef __AVX512F__
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 32))));
-      __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(q + b * 32 + 16))));
-      __m512 dv = _mm512_set1_ps(h2f(dn[b]));
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
-        t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
-        acc[r] = _mm512_fmadd_ps(dv, t, acc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]);
-#else
-    float acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float db = h2f(dn[b]);
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * K + b * 32;
-        float t = 0.f;
-        for (int j = 0; j < 32; ++j) t += float(q[b * 32 + j]) * xr[j];
-        acc[r] += db * t;
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = acc[r];
-#endif
-  }
-}
-
-static void check(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, int64_t N, int64_t K) {
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x must be a contiguous float32 tensor (..., K)");
-  TORCH_CHECK(K % 32 == 0 && x.size(-1) == K, "x has ", x.size(-1), " columns, the weight ", K, " (a multiple of 32)");
-  TORCH_CHECK(d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32), "d must be (N, K/32) float16");
-  TORCH_CHECK(qs.is_contiguous(), "qs must be contiguous");
-}
-
-// run f(r0, rows) over row chunks of at most 4, each chunk over output channels in parallel
-template <typename F>
-static void by_rows(int64_t M, int64_t N, F f) {
-  for (int64_t r0 = 0; r0 < M; r0 += 4) {
-    int64_t R = std::min<int64_t>(4, M - r0);
-    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) { f(r0, R, n0, n1); });
-  }
-}
-
-"""   # part 2: the Q8_0 row kernel, the checks and the row-chunk driver
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-a
-_QK_ACT8 = r"""// ---- activations in integers (llama.cpp's Q8_1 idea): each row of x rounded to blocks of 32 codes of type A
-// (int8: |p| <= 127; int16: |p| <= 32767) with a float scale xd and the float sum xs = xd * sum(p).
-// The codes are stored in the order in which the weight kernels meet the weights. Q4_1, four blocks (64 bytes of nibbles) at a
-// time: int8 codes as [the first halves of the four blocks, their second halves]; int16 codes as four runs of 32 (low nibbles of
-// the even bytes, their high nibbles, low nibbles of the odd bytes, their high nibbles). Int16 codes of a pair of blocks left over
-// by Q4_1 interleaved by halves, [b 0-15, b+1 0-15, b 16-31, b+1 16-31]; of a pair of Q8_0 blocks (64 bytes) as [the codes of
-// the even bytes, of the odd bytes]; the rest in natural order.
-static inline int64_t act_pos(int64_t b, int j, int64_t nb, bool i8, bool q4) {   // where code j of block b sits in its row
-  const int h = j / 16, jj = j % 16;
-  if (q4 && b < nb / 4 * 4) {
-    const int i = (b % 4) * 16 + jj;                                     // the byte, of the group's 64, that holds weight j
-    return (b / 4) * 128 + (i8 ? h * 64 + i : ((i % 2) * 2 + h) * 32 + i / 2);
-  }
-  if (!i8 && b < nb - nb % 2) {
-    if (q4) return (b / 2) * 64 + (h * 2 + b % 2) * 16 + jj;
-    const int i = (b % 2) * 32 + j; return (b / 2) * 64 + (i % 2) * 32 + i / 2;
-  }
-  return b * 32 + j;
-}
-
-template <typename A>
-static void quantize_act(const float* x, int64_t M, int64_t K, A* q, float* xd, float* xs, bool q4) {
-  const int64_t nb = K / 32; const float qmax = sizeof(A) == 1 ? 127.f : 32767.f;
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* v = x + r * K + b * 32; const int64_t i = r * nb + b;
-      int32_t p[32];
-#ifdef __AVX512F__
-      __m512 a = _mm512_loadu_ps(v), c = _mm512_loadu_ps(v + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
-      const float id = amax > 0.f ? qmax / amax : 0.f;
-      __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));     // round to nearest, ties to even
-      __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(id)));
-      _mm512_storeu_si512((void*)p, qa); _mm512_storeu_si512((void*)(p + 16), qc);
-      const int s = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
-#else
-      float amax = 0.f;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
-      const float id = amax > 0.f ? qmax / amax : 0.f;
-      int s = 0;
-      for (int j = 0; j < 32; ++j) { p[j] = (int)std::nearbyint(v[j] * id); s += p[j]; }
-#endif
-      for (int j = 0; j < 32; ++j) q[r * K + act_pos(b, j, nb, sizeof(A) == 1, q4)] = (A)p[j];   // |p| <= qmax: no saturation needed
-      xd[i] = amax / qmax; xs[i] = xd[i] * (float)s;
-    }
-}
-"""   # part 3: activations to integer blocks (Q8_1, and 16 bits)
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-b
-_QK_DOT8 = r"""// y[n] (+ res[n]) for outputs n0..n1-1 of R rows. One kernel for both formats and both activation types: w = d * u + m with integer codes u
-// (Q4_1: the nibbles 0..15; Q8_0 with int8 activations: q + 128, so that they are unsigned, and m = -128 d; Q8_0 with int16: q, m = 0).
-template <int R, bool Q4, typename A>
-static void dot_act_rows(const A* xq, const float* xd, const float* xs, int64_t K, const uint8_t* qs, const at::Half* d,
-                         const at::Half* m, int64_t n0, int64_t n1, float* y, int64_t N, const float* res) {
-  constexpr bool I8 = sizeof(A) == 1;
-  const int64_t nb = K / 32, rowbytes = Q4 ? K / 2 : K;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* q = qs + n * rowbytes;
-    const at::Half* dn = d + n * nb; const at::Half* mn = Q4 ? m + n * nb : nullptr;
-    float tot[R];
-    int64_t b = 0;
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    __m512 acc[R]; __m128 macc[R], macc4[R];
-    for (int r = 0; r < R; ++r) { acc[r] = _mm512_setzero_ps(); macc[r] = macc4[r] = _mm_setzero_ps(); }
-    if (Q4) {
-      const __m512i pick4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);   // lanes 4k..4k+3: block b+k
-      for (; b + 4 <= nb; b += 4) {                                    // Q4_1: four blocks (128 weights, 64 bytes) per step, no shuffles
-        const __m512i w = _mm512_loadu_si512((const void*)(q + b * 16)), f8 = _mm512_set1_epi8(15), f16 = _mm512_set1_epi16(15);
-        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(dn + b))), mw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)(mn + b)));
-        for (int r = 0; r < R; ++r) {
-          const A* xr = xq + r * K + b * 32;
-          __m512i dot;
-          if (I8) dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, f8), _mm512_loadu_si512((const void*)xr)),
-                                            _mm512_and_si512(_mm512_srli_epi16(w, 4), f8), _mm512_loadu_si512((const void*)(xr + 64)));
-          else dot = _mm512_add_epi32(                                  // lane t: words 2t, 2t+1 of each run, i.e. bytes 4t..4t+3: block t / 4
-              _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, f16), _mm512_loadu_si512((const void*)xr)),
-                                  _mm512_and_si512(_mm512_srli_epi16(w, 4), f16), _mm512_loadu_si512((const void*)(xr + 32))),
-              _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(w, 8), f16), _mm512_loadu_si512((const void*)(xr + 64))),
-                                  _mm512_srli_epi16(w, 12), _mm512_loadu_si512((const void*)(xr + 96))));
-          const __m128 s = _mm_mul_ps(dw, _mm_loadu_ps(xd + r * nb + b));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick4, _mm512_castps128_ps512(s)), acc[r]);
-          macc4[r] = _mm_fmadd_ps(mw, _mm_loadu_ps(xs + r * nb + b), macc4[r]);
-        }
-      }
-    }
-    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);   // lanes 0-7: block b, 8-15: block b+1
-"""   # part 4a: the integer dot products, VNNI: four Q4_1 blocks per step
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-b1
-_QK_DOT8_PAIR = r"""    for (; b + 2 <= nb; b += 2) {                                      // two blocks (64 weights) per step: Q8_0, or a pair left over
-      __m512i u0, u1;                                                  // int8: u0 all 64 codes; int16: two runs of 32 codes
-      if (Q4) {
-        const __m256i t = _mm256_loadu_si256((const __m256i*)(q + b * 16)), low = _mm256_set1_epi8(15);
-        const __m256i lo = _mm256_and_si256(t, low), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), low);   // [b, b+1] codes 0-15, 16-31
-        if (I8) { const __m512i lh = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); u0 = _mm512_shuffle_i64x2(lh, lh, 0xD8); }
-        else { u0 = _mm512_cvtepu8_epi16(lo); u1 = _mm512_cvtepu8_epi16(hi); }
-      } else if (I8) u0 = _mm512_xor_si512(_mm512_loadu_si512((const void*)(q + b * 32)), _mm512_set1_epi8((char)0x80));
-      else {                                                           // Q8_0, int16: the even bytes and the odd bytes, sign-extended
-        const __m512i t = _mm512_loadu_si512((const void*)(q + b * 32));
-        u0 = _mm512_srai_epi16(_mm512_slli_epi16(t, 8), 8); u1 = _mm512_srai_epi16(t, 8);
-      }
-      const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t*)(dn + b)));                  // d_b, d_b+1
-      const __m128 mw = Q4 ? _mm_cvtph_ps(_mm_cvtsi32_si128(*(const int32_t*)(mn + b))) : _mm_mul_ps(dw, _mm_set1_ps(I8 ? -128.f : 0.f));
-      for (int r = 0; r < R; ++r) {
-        const A* xr = xq + r * K + b * 32;
-        __m512i dot;
-        if (I8) dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_loadu_si512((const void*)xr));
-        else dot = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), u0, _mm512_loadu_si512((const void*)xr)),
-                                       u1, _mm512_loadu_si512((const void*)(xr + 32)));
-        const __m128 s = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd((const double*)(xd + r * nb + b))));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(s)), acc[r]);
-        macc[r] = _mm_fmadd_ps(mw, _mm_castpd_ps(_mm_load_sd((const double*)(xs + r * nb + b))), macc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      __m128 t = _mm_add_ps(macc[r], _mm_movehdup_ps(macc[r])), t4 = _mm_add_ps(macc4[r], _mm_movehl_ps(macc4[r], macc4[r]));
-      tot[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(t) + _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
-    }
-"""   # part 4b: two blocks per step, and the sums of the lanes
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-b2
-_QK_DOT8_TAIL = r"""#else
-    for (int r = 0; r < R; ++r) tot[r] = 0.f;
-#endif
-    for (; b < nb; ++b) {                                              // the plain loop (and an odd last block)
-      int32_t u[32];
-      for (int j = 0; j < 32; ++j) u[j] = Q4 ? (j < 16 ? q[b * 16 + j] & 15 : q[b * 16 + j - 16] >> 4) : (int8_t)q[b * 32 + j] + (I8 ? 128 : 0);
-      const float db = h2f(dn[b]), mb = Q4 ? h2f(mn[b]) : (I8 ? -128.f * db : 0.f);
-      for (int r = 0; r < R; ++r) {
-        const A* xr = xq + r * K;
-        int32_t t = 0;
-        for (int j = 0; j < 32; ++j) t += u[j] * xr[act_pos(b, j, nb, I8, Q4)];
-        tot[r] += db * xd[r * nb + b] * (float)t + mb * xs[r * nb + b];
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * N + n] = tot[r] + (res ? res[r * N + n] : 0.f);   // and the residual, if given
-  }
-}
-"""   # part 4c: the plain loop and the store
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-src-3
-_QK_OPS = r"""static std::vector<int64_t> out_shape(const at::Tensor& x, int64_t N) {
-  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end()); s.back() = N; return s;   // (..., K) -> (..., N)
-}
-
-at::Tensor q4_1_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m) {
-  const int64_t N = qs.size(0), K = qs.size(1) * 2, nb = K / 32;
-  check(x, qs, d, N, K);
-  const int64_t M = x.numel() / K;
-  TORCH_CHECK(qs.scalar_type() == at::kByte && m.scalar_type() == at::kHalf && m.is_contiguous() && m.numel() == N * nb, "q4_1_mm: qs uint8 (N, K/2), m (N, K/32) float16");
-  at::Tensor y = at::empty(out_shape(x, N), x.options());
-  const float* xp = x.data_ptr<float>(); float* yp = y.data_ptr<float>();
-  std::vector<float> xs(M * nb);                                 // (M, K/32): the block sums the minimums multiply
-  for (int64_t i = 0; i < M * nb; ++i) { float t = 0.f; for (int j = 0; j < 32; ++j) t += xp[i * 32 + j]; xs[i] = t; }
-  const float* sp = xs.data();
-  const uint8_t* qp = qs.data_ptr<uint8_t>(); const at::Half* dp = d.data_ptr<at::Half>(); const at::Half* mp = m.data_ptr<at::Half>();
-  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const float* xr = xp + r0 * K; const float* sr = sp + r0 * nb; float* yr = yp + r0 * N;
-    switch (R) {
-      case 1: q4_1_rows<1>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-      case 2: q4_1_rows<2>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-      case 3: q4_1_rows<3>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-      default: q4_1_rows<4>(xr, K, qp, dp, mp, sr, n0, n1, yr, N); break;
-    }
-  });
-  return y;
-}
-
-at::Tensor q8_0_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d) {
-  const int64_t N = qs.size(0), K = qs.size(1);
-  check(x, qs, d, N, K);
-  const int64_t M = x.numel() / K;
-  TORCH_CHECK(qs.scalar_type() == at::kChar, "q8_0_mm: qs must be int8 (N, K)");
-  at::Tensor y = at::empty(out_shape(x, N), x.options());
-  const float* xp = x.data_ptr<float>(); float* yp = y.data_ptr<float>();
-  const int8_t* qp = qs.data_ptr<int8_t>(); const at::Half* dp = d.data_ptr<at::Half>();
-  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const float* xr = xp + r0 * K; float* yr = yp + r0 * N;
-    switch (R) {
-      case 1: q8_0_rows<1>(xr, K, qp, dp, n0, n1, yr, N); break;
-      case 2: q8_0_rows<2>(xr, K, qp, dp, n0, n1, yr, N); break;
-      case 3: q8_0_rows<3>(xr, K, qp, dp, n0, n1, yr, N); break;
-      default: q8_0_rows<4>(xr, K, qp, dp, n0, n1, yr, N); break;
-    }
-  });
-  return y;
-}
-"""   # part 5: the float-activation operators
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-ops
-_QK_PREP = r"""// What a block does to a row just before a projection, done here to save the small operators around the call:
-// RMSNorm with weight w (norm), or SwiGLU on a row of 2K (silu(gate) * up).
-static const float* prepare(const at::Tensor& x, int64_t K, const c10::optional<at::Tensor>& norm, double eps, bool silu_mul, std::vector<float>& buf) {
-  const float* xp = x.data_ptr<float>();
-  if (!norm.has_value() && !silu_mul) return xp;
-  const int64_t M = x.numel() / (silu_mul ? 2 * K : K);
-  buf.resize(M * K);
-  for (int64_t r = 0; r < M; ++r) {
-    float* o = buf.data() + r * K;
-    if (silu_mul) { const float* g = xp + r * 2 * K; for (int64_t j = 0; j < K; ++j) o[j] = g[j] / (1.f + std::exp(-g[j])) * g[K + j]; }
-    else {
-      const float* v = xp + r * K; const float* w = norm->data_ptr<float>(); double ss = 0;
-      for (int64_t j = 0; j < K; ++j) ss += double(v[j]) * v[j];
-      const float s = 1.f / std::sqrt(float(ss / K) + float(eps));
-      for (int64_t j = 0; j < K; ++j) o[j] = w[j] * (v[j] * s);
-    }
-  }
-  return buf.data();
-}
-"""   # part 6: a block's steps before a projection, done in the call
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-ops2
-_QK_OPS8 = r"""// y = x @ W^T (+ residual) with x rounded to integer blocks first (bits 8 or 16; q4 true: W in Q4_1 blocks, false: Q8_0 blocks)
-template <typename A>
-static void act_mm(const float* xp, int64_t M, const uint8_t* qp, const at::Half* dp, const at::Half* mp, bool q4, int64_t N, int64_t K, float* yp, const float* res) {
-  const int64_t nb = K / 32;
-  std::vector<A> xq(M * K); std::vector<float> xd(M * nb), xs(M * nb);
-  quantize_act<A>(xp, M, K, xq.data(), xd.data(), xs.data(), q4);
-  by_rows(M, N, [&](int64_t r0, int64_t R, int64_t n0, int64_t n1) {
-    const A* xr = xq.data() + r0 * K; const float* dr = xd.data() + r0 * nb; const float* sr = xs.data() + r0 * nb;
-    float* yr = yp + r0 * N; const float* rr = res ? res + r0 * N : nullptr;
-#define DOT(RR) (q4 ? dot_act_rows<RR, true, A>(xr, dr, sr, K, qp, dp, mp, n0, n1, yr, N, rr) : dot_act_rows<RR, false, A>(xr, dr, sr, K, qp, dp, mp, n0, n1, yr, N, rr))
-    switch (R) { case 1: DOT(1); break; case 2: DOT(2); break; case 3: DOT(3); break; default: DOT(4); break; }
-#undef DOT
-  });
-}
-
-static at::Tensor qact_mm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m, bool q4, int64_t bits,
-                          const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
-  const int64_t N = qs.size(0), K = q4 ? qs.size(1) * 2 : qs.size(1), Kx = silu_mul ? 2 * K : K;
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.size(-1) == Kx, "x must be contiguous float32 (..., ", Kx, ")");
-  TORCH_CHECK(K % 32 == 0 && d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32) && qs.is_contiguous(), "the weight needs K a multiple of 32, d (N, K/32) float16 and contiguous codes");
-  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
-  TORCH_CHECK(!(norm.has_value() && silu_mul), "norm and silu_mul exclude each other");
-  TORCH_CHECK(!norm.has_value() || (norm->scalar_type() == at::kFloat && norm->is_contiguous() && norm->numel() == K), "norm must be a float32 (K,) weight");
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end()); shape.back() = N;
-  TORCH_CHECK(!residual.has_value() || (residual->scalar_type() == at::kFloat && residual->is_contiguous() && residual->sizes().vec() == shape), "residual must be contiguous float32 of the output's shape");
-  at::Tensor y = at::empty(shape, x.options());
-  const int64_t M = x.numel() / Kx;
-  std::vector<float> buf;
-  const float* xp = prepare(x, K, norm, eps, silu_mul, buf);
-  const uint8_t* qp = (const uint8_t*)qs.data_ptr(); const at::Half* dp = d.data_ptr<at::Half>(); const at::Half* mp = q4 ? m.data_ptr<at::Half>() : nullptr;
-  const float* res = residual.has_value() ? residual->data_ptr<float>() : nullptr;
-  if (bits == 8) act_mm<int8_t>(xp, M, qp, dp, mp, q4, N, K, y.data_ptr<float>(), res);
-  else act_mm<int16_t>(xp, M, qp, dp, mp, q4, N, K, y.data_ptr<float>(), res);
-  return y;
-}
-
-"""   # part 7a: the integer-activation driver
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-q8-ops3
-_QK_OPS8B = r"""at::Tensor q4_1_qmm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, const at::Tensor& m, int64_t bits,
-                    const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
-  TORCH_CHECK(qs.scalar_type() == at::kByte && m.scalar_type() == at::kHalf && m.is_contiguous() && m.numel() == d.numel(), "q4_1_qmm: qs uint8 (N, K/2), m (N, K/32) float16");
-  return qact_mm(x, qs, d, m, true, bits, norm, eps, residual, silu_mul);
-}
-at::Tensor q8_0_qmm(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, int64_t bits,
-                    const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
-  TORCH_CHECK(qs.scalar_type() == at::kChar, "q8_0_qmm: qs must be int8 (N, K)");
-  return qact_mm(x, qs, d, d, false, bits, norm, eps, residual, silu_mul);
-}
-int64_t q8_isa() {   // how the integer-activation kernels were compiled: 2 AVX-512 VNNI, 0 the plain loop
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-  return 2;
-#else
-  return 0;
-#endif
-}
-
-TORCH_LIBRARY(minillm, lib) {
-  lib.def("q4_1_mm(Tensor x, Tensor qs, Tensor d, Tensor m) -> Tensor");
-  lib.def("q8_0_mm(Tensor x, Tensor qs, Tensor d) -> Tensor");
-  lib.def("q4_1_qmm(Tensor x, Tensor qs, Tensor d, Tensor m, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
-  lib.def("q8_0_qmm(Tensor x, Tensor qs, Tensor d, int bits, Tensor? norm=None, float eps=0., Tensor? residual=None, bool silu_mul=False) -> Tensor");
-  lib.def("q8_isa() -> int");
-  lib.def("block_decode(Tensor x, Tensor[] w, float eps1, float eps2, Tensor(a!) kc, Tensor(b!) vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
-}
-TORCH_LIBRARY_IMPL(minillm, CPU, lib) {
-  lib.impl("q4_1_mm", &q4_1_mm); lib.impl("q8_0_mm", &q8_0_mm);
-  lib.impl("q4_1_qmm", &q4_1_qmm); lib.impl("q8_0_qmm", &q8_0_qmm);
-  lib.impl("block_decode", &block_decode);
-}
-TORCH_LIBRARY_IMPL(minillm, CompositeExplicitAutograd, lib) { lib.impl("q8_isa", &q8_isa); }
-"""   # part 7b: the integer-activation operators, and the registration of all of them
-
-
-# %% ../nbs/09a_kernels.ipynb #blk-attn-a
-_QK_ATTN = r"""// ---- a block's whole decode step in one call: one new token per row, every row as long as the others (new slot lo)
-static inline float dotf(const float* a, const float* b, int64_t D) {
-#ifdef __AVX512F__
-  if (D % 16 == 0) {
-    __m512 s = _mm512_setzero_ps();
-    for (int64_t j = 0; j < D; j += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s);
-    return _mm512_reduce_add_ps(s);
-  }
-#endif
-  float s = 0.f; for (int64_t j = 0; j < D; ++j) s += a[j] * b[j]; return s;
-}
-static inline void rope(const float* x, const float* c, const float* s, int64_t D, float* o) {   // x * cos + roll(x, D/2) * sin_folded
-  for (int64_t j = 0; j < D; ++j) o[j] = x[j] * c[j] + x[(j + D / 2) % D] * s[j];
-}
-// qkv (B, (H + 2 Hkv) D) -> y (B, H D): rotary on q and k, the new k and v written to slot lo of kc, vc (B, Hkv, Smax, D),
-// then softmax(q k^T / sqrt(D)) v over slots 0..lo for every head (query head h reads key/value head h / (H / Hkv))
-static void attend_new(const float* qkv, const float* cs, const float* sn, float* kc, float* vc, int64_t B, int64_t H, int64_t Hkv,
-                       int64_t D, int64_t Smax, int64_t lo, float* y) {
-  const int64_t S = lo + 1, W = (H + 2 * Hkv) * D;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t g = 0; g < Hkv; ++g) {
-      rope(qkv + b * W + (H + g) * D, cs + b * D, sn + b * D, D, kc + ((b * Hkv + g) * Smax + lo) * D);
-      std::memcpy(vc + ((b * Hkv + g) * Smax + lo) * D, qkv + b * W + (H + Hkv + g) * D, D * sizeof(float));
-    }
-  const float scale = 1.f / std::sqrt((float)D);
-  at::parallel_for(0, B * H, S * D * H >= (1 << 18) ? 1 : B * H, [&](int64_t i0, int64_t i1) {   // short contexts: one thread
-    std::vector<float> p(S), q(D);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / H, h = i % H, g = h / (H / Hkv);
-      rope(qkv + b * W + h * D, cs + b * D, sn + b * D, D, q.data());
-      const float* K = kc + (b * Hkv + g) * Smax * D; const float* V = vc + (b * Hkv + g) * Smax * D;
-      float mx = -INFINITY, sum = 0.f;
-      for (int64_t s = 0; s < S; ++s) { p[s] = dotf(q.data(), K + s * D, D) * scale; mx = std::max(mx, p[s]); }
-      for (int64_t s = 0; s < S; ++s) { p[s] = std::exp(p[s] - mx); sum += p[s]; }
-      float* o = y + b * H * D + h * D;
-      std::fill(o, o + D, 0.f);
-      for (int64_t s = 0; s < S; ++s) { const float ps = p[s]; const float* v = V + s * D; for (int64_t j = 0; j < D; ++j) o[j] += ps * v[j]; }
-      for (int64_t j = 0; j < D; ++j) o[j] /= sum;
-    }
-  });
-}
-"""   # part 8a: rotary, the cache write and attention for one new token per row
-
-# %% ../nbs/09a_kernels.ipynb #blk-attn-b
-_QK_BLOCK = r"""// x (B, 1, C) -> the block's output: the four projections of qact_mm with rotary, cache write and attention between them.
-// w: input norm weight; qkv qs, d, m; o qs, d, m; post-attention norm weight; gate_up qs, d, m; down qs, d, m (Q8_0: m = d)
-at::Tensor block_decode(const at::Tensor& x, at::TensorList w, double eps1, double eps2, const at::Tensor& kc, const at::Tensor& vc,
-                        int64_t lo, const at::Tensor& cs, const at::Tensor& sn, int64_t H, int64_t bits) {
-  TORCH_CHECK(w.size() == 14, "block_decode: w must hold 14 tensors, got ", w.size());
-  TORCH_CHECK(x.dim() == 3 && x.size(1) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "block_decode: x must be contiguous float32 (B, 1, C)");
-  const int64_t B = x.size(0);
-  TORCH_CHECK(kc.dim() == 4 && kc.size(0) == B && kc.sizes() == vc.sizes() && kc.is_contiguous() && vc.is_contiguous() &&
-              kc.scalar_type() == at::kFloat && vc.scalar_type() == at::kFloat, "block_decode: kc, vc must be contiguous float32 (B, H_kv, S_max, D)");
-  const int64_t Hkv = kc.size(1), Smax = kc.size(2), D = kc.size(3);
-  TORCH_CHECK(0 <= lo && lo < Smax && H % Hkv == 0, "block_decode: slot ", lo, " outside a cache of ", Smax, ", or ", H, " heads for ", Hkv, " key/value heads");
-  TORCH_CHECK(cs.scalar_type() == at::kFloat && sn.scalar_type() == at::kFloat && cs.is_contiguous() && sn.is_contiguous() &&
-              cs.numel() == B * D && sn.numel() == B * D, "block_decode: cos, sin must be contiguous float32 (B, 1, 1, D)");
-  auto mm = [&](const at::Tensor& in, int i, const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& res, bool silu) {
-    return qact_mm(in, w[i], w[i + 1], w[i + 2], w[i].scalar_type() == at::kByte, bits, norm, eps, res, silu);
-  };
-  at::Tensor qkv = mm(x, 1, w[0], eps1, c10::nullopt, false);                   // (B, 1, (H + 2 Hkv) D), the RMSNorm inside
-  TORCH_CHECK(qkv.size(-1) == (H + 2 * Hkv) * D, "block_decode: qkv_proj gives ", qkv.size(-1), " columns, expected ", (H + 2 * Hkv) * D);
-  at::Tensor att = at::empty({B, 1, H * D}, x.options());
-  attend_new(qkv.data_ptr<float>(), cs.data_ptr<float>(), sn.data_ptr<float>(), kc.data_ptr<float>(), vc.data_ptr<float>(),
-             B, H, Hkv, D, Smax, lo, att.data_ptr<float>());
-  at::Tensor h = mm(att, 4, c10::nullopt, 0., x, false);                        // x + attention
-  at::Tensor gu = mm(h, 8, w[7], eps2, c10::nullopt, false);                    // gate and up of the RMSNorm of h
-  return mm(gu, 11, c10::nullopt, 0., h, true);                                 // h + MLP
-}
-"""   # part 8b: a block's whole decode step in one call
+__all__ = ['STEP_PHASES', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'plain_loop',
+           'step_phases', 'default_activations', 'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear',
+           'Q8_0Linear', 'FusedBlock', 'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0',
+           'QKERNEL_SOURCE']
 
 # %% ../nbs/09a_kernels.ipynb #blk-build
-QKERNEL_SOURCE = _QK_HEAD + _QK_Q4_1 + _QK_Q8_0 + _QK_ACT8 + _QK_DOT8 + _QK_DOT8_PAIR + _QK_DOT8_TAIL + _QK_OPS + _QK_PREP + _QK_OPS8 + _QK_ATTN + _QK_BLOCK + _QK_OPS8B
+import os
+from .kernels_src import QKERNEL_SOURCE                           # the C++ source, chapter 09b
+_all_ = ['QKERNEL_SOURCE']                                               # still importable from here, as before
 _QK = {}
 
 def qkernels(verbose:bool=False) -> bool:
@@ -530,6 +35,7 @@ def qkernels(verbose:bool=False) -> bool:
         if not hasattr(torch.ops.minillm, 'q4_1_mm'):
             load_inline(name=name, cpp_sources=QKERNEL_SOURCE, extra_cflags=['-O3', '-march=native', '-fopenmp'],
                         extra_ldflags=['-fopenmp'], is_python_module=False, verbose=verbose)
+        if os.environ.get('MINILLM_PLAIN_KERNELS') == '1': torch.ops.minillm.set_plain(True)      # the plain loop, VNNI or not
         for op in ('q4_1_mm', 'q8_0_mm', 'q4_1_qmm', 'q8_0_qmm'):                                   # output shapes, for torch.compile
             if not torch._C._dispatch_has_kernel_for_dispatch_key(f'minillm::{op}', 'Meta'):
                 torch.library.register_fake(f'minillm::{op}')(lambda x, qs, *rest, **kw: x.new_empty(*x.shape[:-1], qs.shape[0]))
@@ -545,8 +51,32 @@ def qkernel_error() -> str|None:
     "Why the C++ kernels could not be built (None: they were, or nobody asked yet)."
     return _QK.get('error')
 def q8_isa() -> int:
-    "How the int8-activation kernels were compiled: 2 with AVX-512 VNNI, 0 as a plain loop (-1: no kernels)."
+    "How the integer-activation kernels run: 2 with AVX-512 VNNI, 0 the plain loop (not compiled with VNNI, or forced by `plain_loop`), -1 no kernels."
     return int(torch.ops.minillm.q8_isa()) if qkernels() else -1
+
+# %% ../nbs/09a_kernels.ipynb #blk-build-2
+def plain_loop(on:bool=True) -> int:
+    "Run the integer kernels' plain loop even where VNNI was compiled (for tests, and to measure what VNNI buys; `MINILLM_PLAIN_KERNELS=1` in the environment does it when the kernels load); returns `q8_isa()` after the change."
+    if not isinstance(on, bool): raise ValueError(f"plain_loop: on must be True or False, got {on!r}")
+    if qkernels(): torch.ops.minillm.set_plain(on)
+    return q8_isa()
+
+STEP_PHASES = ('norms and SwiGLU', 'rounding activations', 'block products', 'attention', 'head product')
+def step_phases(fn, n:int=1) -> dict:
+    "Milliseconds per call of `fn()` (which runs C++ decode steps) in each phase of the step, counted inside the C++ calls, plus 'rest of the calls' (embedding, scratch, dispatch inside) and 'outside the calls' (Python), over `n` calls."
+    if not isinstance(n, int) or n < 1: raise ValueError(f"step_phases: n must be an integer >= 1, got {n!r}")
+    if not qkernels(): raise RuntimeError(f"step_phases needs the C++ kernels: {qkernel_error()}")
+    import time
+    torch.ops.minillm.step_phases(True)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n): fn()
+        wall = time.perf_counter() - t0
+    finally: ph = torch.ops.minillm.step_phases(False)
+    res = {k: v / n * 1e3 for k, v in zip(STEP_PHASES, ph)}
+    res['rest of the calls'] = max(ph[5] - sum(ph[:5]), 0.) / n * 1e3
+    res['outside the calls'] = max(wall - ph[5], 0.) / n * 1e3
+    return res
 
 ACTIVATIONS = ('int16', 'int8', 'float32')
 ACT_BITS = {'int16': 16, 'int8': 8}
@@ -557,7 +87,6 @@ def default_activations() -> str:
 def check_activations(act) -> str:
     if act not in ACTIVATIONS: raise ValueError(f"activations must be one of {ACTIVATIONS} (or None: {default_activations()!r} on this machine), got {act!r}")
     return act
-
 
 # %% ../nbs/09a_kernels.ipynb #blk-mods
 def q4_1_blocks(w:torch.Tensor):
@@ -712,6 +241,70 @@ class FusedBlock(Block):
         gate_up = self.mlp.gate_up_proj(x, norm=self.post_attention_layernorm)
         return self.mlp.down_proj(gate_up, residual=x, silu_mul=True)           # x + MLP
 
+# %% ../nbs/09a_kernels.ipynb #blk-step-py
+from .model import Transformer, rope_tables
+
+def _projections(m):
+    "Every block projection of `m` in order, then its head (read from `_modules`: a step reads them once, without `nn.Module.__getattr__`)."
+    out = []
+    for b in m._modules['layers']._modules.values():
+        a, f = b._modules['self_attn']._modules, b._modules['mlp']._modules
+        out += (a['qkv_proj'], a['o_proj'], f['gate_up_proj'], f['down_proj'])
+    return out + [m._modules['lm_head']]
+
+def _step_weights(m):
+    "`(key, weights, eps, head, act, other)` for `model_decode`, cached on `m` and rebuilt when a projection or its activations change; `act` None where a layer is not a C++ block layer with integer activations."
+    lins = _projections(m)
+    key = tuple((id(l), l.__dict__.get('act')) for l in lins)
+    cached = m.__dict__.get('_step_cache')
+    if cached is not None and cached[0] == key: return cached
+    act = lins[0].__dict__.get('act', 'float32')
+    ok = act != 'float32' and all(isinstance(l, (Q4_1Linear, Q8_0Linear)) and l.fast and l.act == act and l.bias is None for l in lins) \
+         and all(type(b) is FusedBlock for b in m.layers) and m.embed_tokens.weight.dtype == torch.float32
+    w, eps = [], []
+    if ok:
+        for b in m.layers:
+            a, mlp = b.self_attn, b.mlp
+            w += [b.input_layernorm.weight.detach(), *_parts(a.qkv_proj), *_parts(a.o_proj), b.post_attention_layernorm.weight.detach(),
+                  *_parts(mlp.gate_up_proj), *_parts(mlp.down_proj)]
+            eps += [float(b.input_layernorm.eps), float(b.post_attention_layernorm.eps)]
+        eps.append(float(m.norm.eps))
+    other = (m.embed_tokens.weight.detach(), m.norm.weight.detach(), m.layers[0].self_attn.H)
+    m._step_cache = (key, w, eps, list(_parts(m.lm_head)) if ok else None, act if ok else None, other)
+    return m._step_cache
+
+def _rope_table(m, n:int):
+    "cos and folded sin `(n, D)` for positions 0..n-1, made once per length by chapter 00's `rope_tables`."
+    tabs = m.__dict__.setdefault('_rope_tabs', {})
+    if n not in tabs:
+        cos, sin = rope_tables(torch.arange(n)[None], m.cfg.head_dim, m.cfg.rope_theta)          # (1, 1, n, D)
+        tabs.clear(); tabs[n] = (cos[0, 0].contiguous(), sin[0, 0].contiguous())
+    return tabs[n]
+
+# %% ../nbs/09a_kernels.ipynb #blk-step-py2
+def _model_decode(m, ids, cache):
+    "Logits `(B, 1, V)` of a one-token step of `m` in one C++ call (`minillm::model_decode`), the cache advanced; None where it does not apply."
+    if m.cfg.rope_scaling is not None or torch.compiler.is_compiling() or ids.dtype != torch.long or ids.device.type != 'cpu': return None
+    if cache.dtype != torch.float32 or cache.batch_size != ids.shape[0]: return None
+    lens = cache._lengths
+    lo = int(lens[0])
+    if lo + 1 > cache.max_len or (len(lens) > 1 and not bool((lens == lo).all())): return None   # overflow (chapter 00 says so), ragged rows
+    _, w, eps, head, act, (embed, norm, H) = _step_weights(m)
+    if act is None: return None
+    cos, sin = _rope_table(m, cache.max_len)
+    logits = torch.ops.minillm.model_decode(ids.contiguous(), embed, w, eps, norm, head, cache._k, cache._v, lo, cos, sin, H, ACT_BITS[act])
+    cache.advance(1)
+    return logits
+
+class FusedTransformer(Transformer):
+    "Chapter 00's `Transformer` for block models: a one-token step on a plain `KVCache` with equal row lengths and integer activations runs in one C++ call (`model_decode`) while `cpp_step` and `FusedBlock.cpp_decode` are True; every other call runs chapter 00's forward."
+    cpp_step = True
+    def forward(self, ids, cache=None, pos=None, mask=None, last_only:bool=False):
+        if self.cpp_step and FusedBlock.cpp_decode and pos is None and mask is None and type(cache) is KVCache and ids.dim() == 2 and ids.shape[1] == 1:
+            logits = _model_decode(self, ids, cache)
+            if logits is not None: return logits
+        return super().forward(ids, cache, pos, mask, last_only)
+
 # %% ../nbs/09a_kernels.ipynb #blk-load
 BLOCK_FORMATS = {'q4_1': Q4_1Linear, 'q8_0': Q8_0Linear}
 _GGUF_PARTS = {('self_attn', 'qkv_proj'): ('attn_q', 'attn_k', 'attn_v'), ('self_attn', 'o_proj'): ('attn_output',),
@@ -754,6 +347,7 @@ def to_blocks(llm:LLM, fmt:str='q4_1', gguf_path=None, head:str='q8_0', act:str|
         key = 'token_embd.weight' if m.lm_head is None else 'output.weight'
         m.lm_head = BLOCK_FORMATS[head](*raw[key], act=act) if key in raw else BLOCK_FORMATS[head].from_float(hw, act=act)
     for blk in m.layers: blk.__class__ = FusedBlock                      # the same modules and weights, the fused forward
+    m.__class__ = FusedTransformer                                       # and a decode step in one call
     m.block_stats = dict(kept=kept, rounded=made)
     return llm
 
