@@ -12,7 +12,7 @@ import minillm.all as mall
 __all__ = ['DEFAULT_DTYPE', 'main', 'generate_cli', 'bench_cli', 'serve_cli']
 
 # %% ../nbs/91_cli.ipynb #abe8da5c
-DEFAULT_DTYPE = 'float32'   # the form `minillm generate` runs unless --dtype says otherwise (chapter 09a's q4_1 is faster, but compiles a kernel on first use)
+DEFAULT_DTYPE = 'float32'   # the form `minillm generate` runs unless --dtype says otherwise (chapter 09b's q4_1 is faster, but compiles a kernel on first use)
 
 def _generate(prompt:str, max_new_tokens:int=64, chat:bool=False, temperature:float=0.0, top_k:int=0, top_p:float=1.0,
               min_p:float=0.0, repetition_penalty:float=1.0, seed:int|None=None, num_beams:int=1, stop:list|None=None,
@@ -87,7 +87,7 @@ def generate_cli(
     quiet:store_true=False,                         # No progress or timing on stderr
     draft:str=None,                                 # Speculative decoding: "prompt_lookup", or a draft model's .gguf file or folder
     num_draft_tokens:int=5,                         # Tokens the draft proposes per round (with --draft)
-    dtype:str=None,                                 # Weight form: float32 (default), bfloat16, int8, q8_0, q4_0, q4_1 (chapters 09, 09a)
+    dtype:str=None,                                 # Weight form: float32 (default), bfloat16, int8, q8_0, q4_0, q4_1 (chapters 09, 09b)
 ):
     "Stream a continuation of PROMPT from a language model."
     try:
@@ -103,7 +103,7 @@ def bench_cli(
     max_new_tokens:int=64,                          # Tokens to generate per run
     reps:int=3,                                     # Runs per system (best is reported; with --dtype alone: the median)
     model:str=None,                                 # A .gguf file or Hugging Face folder (default: embedded model)
-    dtype:str=None,                                 # Also time minillm in this form: float32, bfloat16, int8, q8_0, q4_0, q4_1 (chapters 09, 09a)
+    dtype:str=None,                                 # Also time minillm in this form: float32, bfloat16, int8, q8_0, q4_0, q4_1 (chapters 09, 09b)
     compile:store_true=False,                       # Also time the form compiled with torch.compile (chapter 09; the first run compiles for minutes)
     num_beams:int=1,                                # With --dtype or --compile: also time beam search with this many beams
     llama_cpp:store_true=False,                     # With --dtype: also time llama.cpp (llama-cpp-python) on the same GGUF file
@@ -159,7 +159,7 @@ def serve_cli(
     quiet:store_true=False,                         # Log warnings and errors only (no access log, no progress bar)
     max_tokens_per_step:int=mall.DEFAULT_TOKENS_PER_STEP,  # Token budget of one engine step: decode rows plus prompt chunks, >= max_batch_size (0: no limit)
     prefix_caching:store_true=False,                # Keep the KV blocks of finished prompts and reuse them for requests that start the same way
-    dtype:str=None,                                 # Weight form: float32 (default), bfloat16, int8, q8_0, q4_0, q4_1 (chapters 09, 09a)
+    dtype:str=None,                                 # Weight form: float32 (default), bfloat16, int8, q8_0, q4_0, q4_1 (chapters 09, 09b)
 ):
     "Serve the OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, /health) from a language model until Ctrl-C or SIGTERM."
     hosts = None if allowed_hosts is None else [h.strip() for h in allowed_hosts.split(',') if h.strip()]

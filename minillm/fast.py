@@ -104,7 +104,7 @@ Four score and seven years ago our fathers brought forth on this continent, a ne
 
 Now we are engaged in a great civil war, testing whether that nation, or any nation so conceived and so dedicated, can long endure. We are met on a great battle-field of that war. We have come to dedicate a portion of that field, as a final resting place for those who here gave their lives that that nation might live. It is altogether fitting and proper that we should do this.
 
-But, in a larger sense, we can not dedicate -- we can not consecrate -- we can not hallow -- this ground. The brave men, living and dead, who struggled here, have consecrated it, far above our poor power to add or detract. The world will little note, nor long remember what we say here, but it can never forget what they did here. It is for us the living, rather, to be dedicated here to the unfinished work which they who fought here have thus far so nobly advanced. It is rather for us to be here dedicated to the great task remaining before us -- that from these honored dead we take increased devotion to that cause for which they gave the last full measure of devotion -- that we here highly resolve that these dead shall not have died in vain -- that this nation, under God, shall have a new birth of freedom -- and that government of the people, by the people, for the people, shall not perish from the earth."""   # held-out text for perplexity (chapter 09a measures on it too)
+But, in a larger sense, we can not dedicate -- we can not consecrate -- we can not hallow -- this ground. The brave men, living and dead, who struggled here, have consecrated it, far above our poor power to add or detract. The world will little note, nor long remember what we say here, but it can never forget what they did here. It is for us the living, rather, to be dedicated here to the unfinished work which they who fought here have thus far so nobly advanced. It is rather for us to be here dedicated to the great task remaining before us -- that from these honored dead we take increased devotion to that cause for which they gave the last full measure of devotion -- that we here highly resolve that these dead shall not have died in vain -- that this nation, under God, shall have a new birth of freedom -- and that government of the people, by the people, for the people, shall not perish from the earth."""   # held-out text for perplexity (chapter 09b measures on it too)
 
 
 # %% ../nbs/09_fast.ipynb #ca4e7f96
@@ -526,7 +526,7 @@ def llama_cpp_runner(path=None, n_threads:int=2, n_ctx:int=512, extra_bufts:bool
 
 # %% ../nbs/09_fast.ipynb #blk-prof
 import contextlib, statistics
-MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'minillm::block_decode', 'minillm::model_decode', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')   # block_decode, model_decode: a block's, a whole model's decode step (chapter 09a), products, attention and norms
+MATMUL_OPS = ('aten::linear', 'aten::_int_mm', 'minillm::q4_1_mm', 'minillm::q8_0_mm', 'minillm::q4_1_qmm', 'minillm::q8_0_qmm', 'minillm::block_decode', 'minillm::model_decode', 'aten::_weight_int4pack_mm_for_cpu', 'aten::_weight_int8pack_mm')   # block_decode, model_decode: a block's, a whole model's decode step (chapters 09a, 09b), products, attention and norms
 
 @contextlib.contextmanager
 def _labelled():
@@ -604,13 +604,13 @@ def print_bench(res:dict, baseline:str|None=None, file=None):
 # %% ../nbs/09_fast.ipynb #moved
 _MOVED = ('QKERNEL_SOURCE', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'default_activations',
           'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock', 'to_blocks', 'load_blocks',
-          'load_q4_1', 'load_q8_0')   # chapter 09a's names (minillm.kernels.__all__)
+          'load_q4_1', 'load_q8_0')   # chapter 09b's names (minillm.kernels.__all__)
 
 def __getattr__(name:str):
-    "A name that moved to chapter 09a (`minillm.kernels`): its object, from that module."
+    "A name that moved to chapter 09b (`minillm.kernels`): its object, from that module."
     if name in _MOVED:
         import minillm.kernels
         return getattr(minillm.kernels, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-import minillm.kernels     # chapter 09a: `LLM.load(dtype='q4_1'|'q8_0', activations=...)` run the file's blocks, as before the split
+import minillm.kernels     # chapter 09b: `LLM.load(dtype='q4_1'|'q8_0', activations=...)` run the file's blocks, as before the split
