@@ -13,18 +13,18 @@ from .model import Block
 from .weights import LLM, load_weights, register_format, register_load_option, unpermute_rope, default_gguf
 from .kernels_src import *                              # chapter 09a: the C++ source, its build, the activation forms
 from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers its forms first, which these replace)
-_all_ = ['QKERNEL_SOURCE', 'qkernels', 'qkernel_error', 'q8_isa']   # still importable from here, as before
+_all_ = ['QKERNEL_SOURCE', 'qkernels', 'qkernel_error', 'q8_isa', 'q8_path']   # still importable from here, as before
 
 
 # %% auto #0
 __all__ = ['STEP_PHASES', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'plain_loop', 'step_phases', 'default_activations',
            'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock',
            'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0', 'QKERNEL_SOURCE', 'qkernels',
-           'qkernel_error', 'q8_isa']
+           'qkernel_error', 'q8_isa', 'q8_path']
 
 # %% ../nbs/09b_kernels.ipynb #blk-build-2
 def plain_loop(on:bool=True) -> int:
-    "Run the integer kernels' plain loop even where VNNI was compiled (for tests, and to measure what VNNI buys; `MINILLM_PLAIN_KERNELS=1` in the environment does it when the kernels load); returns `q8_isa()` after the change."
+    "Run the integer kernels' plain loop even where a SIMD path (AVX-512 VNNI, AVX-512BW or AVX2) was compiled (for tests, and to measure what it buys; `MINILLM_PLAIN_KERNELS=1` in the environment does it when the kernels load); returns `q8_isa()` after the change."
     if not isinstance(on, bool): raise ValueError(f"plain_loop: on must be True or False, got {on!r}")
     if qkernels(): torch.ops.minillm.set_plain(on)
     return q8_isa()
@@ -49,8 +49,8 @@ def step_phases(fn, n:int=1) -> dict:
 ACTIVATIONS = ('int16', 'int8', 'float32')
 ACT_BITS = {'int16': 16, 'int8': 8}
 def default_activations() -> str:
-    "The activations block layers use unless told: 'int16' (integer dot products, rounding far below the weights') where the kernels have VNNI, else 'float32' (exact, and faster than a plain integer loop)."
-    return 'int16' if q8_isa() == 2 else 'float32'
+    "The activations block layers use unless told: 'int16' (integer dot products, rounding far below the weights') where the integer kernels have a SIMD path (`q8_isa() >= 1`: AVX-512 VNNI, AVX-512BW or AVX2), else 'float32' (exact, and faster than a plain integer loop)."
+    return 'int16' if q8_isa() >= 1 else 'float32'
 
 def check_activations(act) -> str:
     if act not in ACTIVATIONS: raise ValueError(f"activations must be one of {ACTIVATIONS} (or None: {default_activations()!r} on this machine), got {act!r}")
@@ -348,6 +348,6 @@ def _apply_activations(llm, act, call):
     if call.dtype not in BLOCK_FORMATS: raise ValueError(f"activations={act!r} applies to dtype='q4_1' or 'q8_0', got dtype={call.dtype!r}")
     return llm                                                          # the format's build already used it
 
-register_load_option('activations', '09b', "dtype='q4_1'/'q8_0': 'int16' or 'int8' (activations rounded to blocks of 32, integer dot products) or 'float32' (exact); None: 'int16' where the CPU has VNNI",
+register_load_option('activations', '09b', "dtype='q4_1'/'q8_0': 'int16' or 'int8' (activations rounded to blocks of 32, integer dot products) or 'float32' (exact); None: 'int16' where the integer kernels have a SIMD path (AVX-512 VNNI, AVX-512BW or AVX2)",
                      default=None, check=check_activations, apply=_apply_activations)
 
