@@ -8,7 +8,7 @@ import os, warnings
 import torch
 
 # %% auto #0
-__all__ = ['QKERNEL_SOURCE', 'Q8_PATHS', 'qkernels', 'qkernel_error', 'q8_isa', 'q8_path']
+__all__ = ['QKERNEL_SOURCE', 'qkernels', 'qkernel_error', 'q8_isa', 'q8_path']
 
 # %% ../nbs/09a_kernel_source.ipynb #blk-src-0
 _QK_HEAD = r"""
@@ -772,7 +772,7 @@ def qkernel_error() -> str|None:
 def q8_isa() -> int:
     "How the integer-activation kernels run: 2 with AVX-512 VNNI, 1 with SIMD but no VNNI (AVX-512BW or AVX2, `q8_path` says which), 0 the plain loop (no SIMD path compiled, or forced by `plain_loop`), -1 no kernels."
     return int(torch.ops.minillm.q8_isa()) if qkernels() else -1
-Q8_PATHS = {(2, 512): 'AVX-512 VNNI', (1, 512): 'AVX-512BW', (1, 256): 'AVX2', (0, 0): 'plain loop'}
+_Q8_PATHS = {(2, 512): 'AVX-512 VNNI', (1, 512): 'AVX-512BW', (1, 256): 'AVX2', (0, 0): 'plain loop'}
 def q8_path() -> str:
     "The integer kernels' path by name: 'AVX-512 VNNI', 'AVX-512BW' (no VNNI), 'AVX2', 'plain loop', or 'none' (no kernels)."
-    return Q8_PATHS[q8_isa(), int(torch.ops.minillm.q8_bits())] if qkernels() else 'none'
+    return _Q8_PATHS[q8_isa(), int(torch.ops.minillm.q8_bits())] if qkernels() else 'none'
