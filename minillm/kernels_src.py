@@ -32,6 +32,12 @@ static inline float h2f(const at::Half h) { return _cvtsh_ss(h.x); }      // one
 #else
 static inline float h2f(const at::Half h) { return static_cast<float>(h); }
 #endif
+#if defined(__AVX2__)
+static inline float hsum8(__m256 v) {                                  // the sum of a 256-bit vector's eight floats
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
 
 // Two switches: g_plain runs the integer dot products' plain loop even where VNNI was compiled (for the tests, and to
 // measure what VNNI buys); g_timing adds the seconds of each phase of a step to g_phase (norms and SwiGLU, rounding the
@@ -76,6 +82,24 @@ static void q4_1_rows(const float* x, int64_t K, const uint8_t* qs, const at::Ha
       }
     }
     for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]) + msum[r];
+#elif defined(__AVX2__) && defined(__FMA__)                             // AVX2: a block as four vectors of 8 floats
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i mask = _mm256_set1_epi32(15);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(q + b * 16))), v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(q + b * 16 + 8)));
+      const __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v0, mask)), w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v1, mask));   // codes 0-7, 8-15
+      const __m256 w2 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v0, 4)), w3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(v1, 4));       // codes 16-23, 24-31
+      const float db = h2f(dn[b]), mb = h2f(mn[b]);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + b * 32;
+        __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xr));
+        t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), t); t = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), t); t = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), t);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(db), t, acc[r]);
+        msum[r] += mb * xsum[r * nb + b];
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = hsum8(acc[r]) + msum[r];
 #else
     float acc[R];
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -120,6 +144,21 @@ _QK_Q8_0 = r"""static void q8_0_rows(const float* x, int64_t K, const int8_t* qs
       }
     }
     for (int r = 0; r < R; ++r) y[r * N + n] = _mm512_reduce_add_ps(acc[r]);
+#elif defined(__AVX2__) && defined(__FMA__)
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256 w[4];                                                     // the block's 32 codes as four vectors of 8 floats
+      for (int k = 0; k < 4; ++k) w[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(q + b * 32 + 8 * k))));
+      const __m256 dv = _mm256_set1_ps(h2f(dn[b]));
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + b * 32;
+        __m256 t = _mm256_mul_ps(w[0], _mm256_loadu_ps(xr));
+        for (int k = 1; k < 4; ++k) t = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xr + 8 * k), t);
+        acc[r] = _mm256_fmadd_ps(dv, t, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * N + n] = hsum8(acc[r]);
 #else
     float acc[R];
     for (int r = 0; r < R; ++r) acc[r] = 0.f;
@@ -233,12 +272,6 @@ static inline __m256i dp_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_
 #else
 #define QK_BITS 0
 #define QK_ISA 0
-#endif
-#if defined(__AVX2__)
-static inline float hsum8(__m256 v) {                                  // the sum of a 256-bit vector's eight floats
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
 #endif
 constexpr bool Q8_SHIFTED = QK_ISA == 2;   // Q8_0 with int8 activations: codes q + 128 and m = -128 d (VNNI), or |q| and x with q's sign
 """   # part 4: the dot-product instructions of each path
