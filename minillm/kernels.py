@@ -175,6 +175,178 @@ class Q8_0Linear(nn.Module):
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'float32'}"
 
 
+# %% ../nbs/09b_kernels.ipynb #blk-attn-a
+_QK_ATTN = r"""// ---- a block's whole decode step in one call: one new token per row, every row as long as the others (new slot lo)
+static inline float dotf(const float* a, const float* b, int64_t D) {
+#ifdef __AVX512F__
+  if (D % 16 == 0) {
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t j = 0; j < D; j += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s);
+    return _mm512_reduce_add_ps(s);
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  if (D % 8 == 0) {
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t j = 0; j < D; j += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s);
+    return hsum8(s);
+  }
+#endif
+  float s = 0.f; for (int64_t j = 0; j < D; ++j) s += a[j] * b[j]; return s;
+}
+static inline void rope(const float* x, const float* c, const float* s, int64_t D, float* o) {   // x * cos + roll(x, D/2) * sin_folded
+  for (int64_t j = 0; j < D; ++j) o[j] = x[j] * c[j] + x[(j + D / 2) % D] * s[j];
+}
+// qkv (B, (H + 2 Hkv) D) -> y (B, H D): rotary on q and k, the new k and v written to slot lo of kc, vc (B, Hkv, Smax, D),
+// then softmax(q k^T / sqrt(D)) v over slots 0..lo for every head (query head h reads key/value head h / (H / Hkv))
+static void attend_new(const float* qkv, const float* cs, const float* sn, float* kc, float* vc, int64_t B, int64_t H, int64_t Hkv,
+                       int64_t D, int64_t Smax, int64_t lo, float* y) {
+  const int64_t S = lo + 1, W = (H + 2 * Hkv) * D;
+  Phase ph(3);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < Hkv; ++g) {
+      rope(qkv + b * W + (H + g) * D, cs + b * D, sn + b * D, D, kc + ((b * Hkv + g) * Smax + lo) * D);
+      std::memcpy(vc + ((b * Hkv + g) * Smax + lo) * D, qkv + b * W + (H + Hkv + g) * D, D * sizeof(float));
+    }
+  const float scale = 1.f / std::sqrt((float)D);
+  at::parallel_for(0, B * H, S >= 16 ? 1 : B * H, [&](int64_t i0, int64_t i1) {   // heads over the threads (the first 15 positions: one thread)
+    static thread_local std::vector<float> p, q;                      // per thread, reused across calls
+    if ((int64_t)p.size() < S) p.resize(S);
+    if ((int64_t)q.size() < D) q.resize(D);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / H, h = i % H, g = h / (H / Hkv);
+      rope(qkv + b * W + h * D, cs + b * D, sn + b * D, D, q.data());
+      const float* K = kc + (b * Hkv + g) * Smax * D; const float* V = vc + (b * Hkv + g) * Smax * D;
+      float mx = -INFINITY, sum = 0.f;
+      for (int64_t s = 0; s < S; ++s) { p[s] = dotf(q.data(), K + s * D, D) * scale; mx = std::max(mx, p[s]); }
+      for (int64_t s = 0; s < S; ++s) { p[s] = std::exp(p[s] - mx); sum += p[s]; }
+      float* o = y + b * H * D + h * D;
+      std::fill(o, o + D, 0.f);
+      for (int64_t s = 0; s < S; ++s) { const float ps = p[s]; const float* v = V + s * D; for (int64_t j = 0; j < D; ++j) o[j] += ps * v[j]; }
+      for (int64_t j = 0; j < D; ++j) o[j] /= sum;
+    }
+  });
+}
+"""   # part 8a: rotary, the cache write and attention for one new token per row
+
+# %% ../nbs/09b_kernels.ipynb #blk-attn-b
+_QK_BLOCK = r"""// One projection of a block: y (M, N) = in (M, K) @ W^T (+ res), W the three tensors w[i..i+2] (Q8_0: m = d).
+static void proj(const float* in, int64_t M, at::TensorList w, int i, int64_t bits, float* y, const float* res) {
+  const bool q4 = w[i].scalar_type() == at::kByte;
+  const int64_t N = w[i].size(0), K = q4 ? w[i].size(1) * 2 : w[i].size(1);
+  const uint8_t* qp = (const uint8_t*)w[i].data_ptr(); const at::Half* dp = w[i + 1].data_ptr<at::Half>();
+  const at::Half* mp = q4 ? w[i + 2].data_ptr<at::Half>() : nullptr;
+  if (bits == 8) act_mm<int8_t>(in, M, qp, dp, mp, q4, N, K, y, res); else act_mm<int16_t>(in, M, qp, dp, mp, q4, N, K, y, res);
+}
+static void check_block(at::TensorList w, int64_t C, int64_t H, int64_t Hkv, int64_t D) {   // the 14 tensors of one block
+  TORCH_CHECK(w.size() == 14, "a block needs 14 tensors, got ", w.size());
+  for (int i : {0, 7}) TORCH_CHECK(w[i].scalar_type() == at::kFloat && w[i].is_contiguous() && w[i].numel() == C, "the norm weights must be float32 (", C, ",)");
+  const int64_t rows[4] = {(H + 2 * Hkv) * D, C, -1, C}, first[4] = {1, 4, 8, 11};
+  for (int p = 0; p < 4; ++p) {
+    const at::Tensor& q = w[first[p]]; const bool q4 = q.scalar_type() == at::kByte;
+    TORCH_CHECK((q4 || q.scalar_type() == at::kChar) && q.dim() == 2 && q.is_contiguous() && (rows[p] < 0 || q.size(0) == rows[p]),
+                "projection ", p, " of the block: codes must be contiguous uint8 (Q4_1) or int8 (Q8_0) with ", rows[p], " rows");
+    const int64_t K = q4 ? q.size(1) * 2 : q.size(1);
+    for (int j = 1; j < 3; ++j) TORCH_CHECK(w[first[p] + j].scalar_type() == at::kHalf && w[first[p] + j].is_contiguous() && w[first[p] + j].numel() == q.size(0) * (K / 32),
+                                            "projection ", p, " of the block: scales and minimums must be contiguous float16 (N, K/32)");
+  }
+}
+// x (B, C) -> the block's output, in place: the four projections with rotary, cache write and attention between them, every
+// intermediate row in the scratch buffers. w: input norm weight; qkv qs, d, m; o qs, d, m; post-attention norm weight;
+// gate_up qs, d, m; down qs, d, m. cs, sn: (B, D) cos and folded sin of the new position of each row.
+static void block_step(float* x, int64_t B, int64_t C, at::TensorList w, double eps1, double eps2, float* kc, float* vc, int64_t Hkv,
+                       int64_t Smax, int64_t D, int64_t lo, const float* cs, const float* sn, int64_t H, int64_t bits) {
+  const int64_t W = (H + 2 * Hkv) * D, F = w[8].size(0) / 2;
+  float* xn = sbuf(2, B * C); float* qkv = sbuf(3, B * W); float* att = sbuf(4, B * H * D);
+  float* h = sbuf(5, B * C); float* gu = sbuf(6, B * 2 * F); float* g = sbuf(7, B * F);
+  prep_rows(x, B, C, w[0].data_ptr<float>(), eps1, false, xn);                   // RMSNorm
+  proj(xn, B, w, 1, bits, qkv, nullptr);                                         // q, k, v
+  attend_new(qkv, cs, sn, kc, vc, B, H, Hkv, D, Smax, lo, att);                 // rotary, cache write, attention
+  proj(att, B, w, 4, bits, h, x);                                                // h = x + attention
+  prep_rows(h, B, C, w[7].data_ptr<float>(), eps2, false, xn);                   // RMSNorm
+  proj(xn, B, w, 8, bits, gu, nullptr);                                          // gate and up
+  prep_rows(gu, B, F, nullptr, 0., true, g);                                     // SwiGLU
+  proj(g, B, w, 11, bits, x, h);                                                 // x = h + MLP
+}
+
+// The operator: x (B, 1, C) -> the block's output (a new tensor), kc, vc (B, H_kv, S_max, D) written at slot lo.
+at::Tensor block_decode(const at::Tensor& x, at::TensorList w, double eps1, double eps2, const at::Tensor& kc, const at::Tensor& vc,
+                        int64_t lo, const at::Tensor& cs, const at::Tensor& sn, int64_t H, int64_t bits) {
+  TORCH_CHECK(x.dim() == 3 && x.size(1) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "block_decode: x must be contiguous float32 (B, 1, C)");
+  const int64_t B = x.size(0), C = x.size(2);
+  TORCH_CHECK(kc.dim() == 4 && kc.size(0) == B && kc.sizes() == vc.sizes() && kc.is_contiguous() && vc.is_contiguous() &&
+              kc.scalar_type() == at::kFloat && vc.scalar_type() == at::kFloat, "block_decode: kc, vc must be contiguous float32 (B, H_kv, S_max, D)");
+  const int64_t Hkv = kc.size(1), Smax = kc.size(2), D = kc.size(3);
+  TORCH_CHECK(0 <= lo && lo < Smax && H % Hkv == 0, "block_decode: slot ", lo, " outside a cache of ", Smax, ", or ", H, " heads for ", Hkv, " key/value heads");
+  TORCH_CHECK(cs.scalar_type() == at::kFloat && sn.scalar_type() == at::kFloat && cs.is_contiguous() && sn.is_contiguous() &&
+              cs.numel() == B * D && sn.numel() == B * D, "block_decode: cos, sin must be contiguous float32 (B, 1, 1, D)");
+  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
+  check_block(w, C, H, Hkv, D);
+  at::Tensor y = x.clone();
+  block_step(y.data_ptr<float>(), B, C, w, eps1, eps2, kc.data_ptr<float>(), vc.data_ptr<float>(), Hkv, Smax, D, lo,
+             cs.data_ptr<float>(), sn.data_ptr<float>(), H, bits);
+  return y;
+}
+"""   # part 8b: a block's whole decode step, and the operator that runs one block
+
+# %% ../nbs/09b_kernels.ipynb #blk-step
+_QK_STEP = r"""// ---- a whole decode step in one call: the embedding rows of the new tokens, every block, the final norm and the head.
+// ids (B, 1) int64; embed (V, C) float32; w: 14 tensors per block, in order; eps: 2 per block, then the final norm's; head: qs, d, m
+// of the LM head (Q8_0: m = d); kc, vc: one (B, H_kv, S_max, D) cache per block, every row holding lo positions; cos, sin: (P, D)
+// tables by position (P > lo). Returns the logits (B, 1, V); the caller counts the new position in its cache.
+at::Tensor model_decode(const at::Tensor& ids, const at::Tensor& embed, at::TensorList w, at::ArrayRef<double> eps, const at::Tensor& norm,
+                        at::TensorList head, at::TensorList kc, at::TensorList vc, int64_t lo, const at::Tensor& cos, const at::Tensor& sin,
+                        int64_t H, int64_t bits) {
+  const int64_t L = kc.size(), B = ids.size(0), V = embed.size(0), C = embed.size(1);
+  TORCH_CHECK(ids.dim() == 2 && ids.size(1) == 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "model_decode: ids must be contiguous int64 (B, 1)");
+  TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == at::kFloat && embed.is_contiguous(), "model_decode: embed must be contiguous float32 (V, C)");
+  TORCH_CHECK(L > 0 && (int64_t)vc.size() == L && (int64_t)w.size() == 14 * L && (int64_t)eps.size() == 2 * L + 1 && head.size() == 3,
+              "model_decode: need 14 weights and 2 eps per block for ", L, " blocks (caches), one final eps and 3 head tensors");
+  TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == C, "model_decode: norm must be float32 (C,)");
+  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
+  TORCH_CHECK(kc[0].dim() == 4 && kc[0].size(0) == B, "model_decode: caches must be (B, H_kv, S_max, D) for ", B, " rows");
+  const int64_t Hkv = kc[0].size(1), Smax = kc[0].size(2), D = kc[0].size(3);
+  for (int64_t l = 0; l < L; ++l) {
+    TORCH_CHECK(kc[l].sizes() == kc[0].sizes() && vc[l].sizes() == kc[0].sizes() && kc[l].is_contiguous() && vc[l].is_contiguous() &&
+                kc[l].scalar_type() == at::kFloat && vc[l].scalar_type() == at::kFloat, "model_decode: cache ", l, " must be contiguous float32 like cache 0");
+    check_block(w.slice(14 * l, 14), C, H, Hkv, D);
+  }
+  TORCH_CHECK(0 <= lo && lo < Smax && H % Hkv == 0, "model_decode: slot ", lo, " outside a cache of ", Smax, ", or ", H, " heads for ", Hkv, " key/value heads");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(1) == D && cos.size(0) > lo && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
+              cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat, "model_decode: cos, sin must be contiguous float32 (P > lo, D) tables");
+  const bool hq4 = head[0].scalar_type() == at::kByte;
+  TORCH_CHECK((hq4 || head[0].scalar_type() == at::kChar) && head[0].dim() == 2 && head[0].size(1) * (hq4 ? 2 : 1) == C &&
+              head[1].numel() == head[0].size(0) * (C / 32) && head[2].numel() == head[1].numel(), "model_decode: the head must be Q4_1 or Q8_0 blocks with ", C, " columns");
+  Phase whole(5);
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  float* x = sbuf(8, B * C); float* cs = sbuf(9, 2 * B * D); float* sn = cs + B * D;
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(0 <= ip[b] && ip[b] < V, "model_decode: token id ", ip[b], " outside the vocabulary of ", V);
+    std::memcpy(x + b * C, embed.data_ptr<float>() + ip[b] * C, C * sizeof(float));          // the embedding row
+    std::memcpy(cs + b * D, cos.data_ptr<float>() + lo * D, D * sizeof(float));               // every row at position lo
+    std::memcpy(sn + b * D, sin.data_ptr<float>() + lo * D, D * sizeof(float));
+  }
+  for (int64_t l = 0; l < L; ++l)
+    block_step(x, B, C, w.slice(14 * l, 14), eps[2 * l], eps[2 * l + 1], kc[l].data_ptr<float>(), vc[l].data_ptr<float>(), Hkv, Smax, D, lo, cs, sn, H, bits);
+  float* xn = sbuf(2, B * C);
+  prep_rows(x, B, C, norm.data_ptr<float>(), eps[2 * L], false, xn);               // the final norm
+  at::Tensor logits = at::empty({B, 1, head[0].size(0)}, embed.options());
+  g_dot = 4; proj(xn, B, head, 0, bits, logits.data_ptr<float>(), nullptr); g_dot = 2;   // the head
+  return logits;
+}
+
+"""   # part 9: a whole decode step in one call
+
+# %% ../nbs/09b_kernels.ipynb #blk-step-reg
+_QK_STEP_OPS = r"""
+TORCH_LIBRARY_FRAGMENT(minillm, lib) {
+  lib.def("block_decode(Tensor x, Tensor[] w, float eps1, float eps2, Tensor(a!) kc, Tensor(b!) vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
+  lib.def("model_decode(Tensor ids, Tensor embed, Tensor[] w, float[] eps, Tensor norm, Tensor[] head, Tensor(a!)[] kc, Tensor(b!)[] vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(minillm, CPU, lib) { lib.impl("block_decode", &block_decode); lib.impl("model_decode", &model_decode); }
+"""   # their registration, beside chapter 09a's
+_STEP_SOURCE = _QK_ATTN + _QK_BLOCK + _QK_STEP + _QK_STEP_OPS
+register_kernel_source('step', _STEP_SOURCE)
+
 # %% ../nbs/09b_kernels.ipynb #blk-fused
 import minillm.model as _model                                            # its apply_rope_fast, looked up at call time (the profiler labels it)
 from .kvcache import KVCache
