@@ -13,14 +13,12 @@ from .model import Block
 from .weights import LLM, load_weights, register_format, register_load_option, unpermute_rope, default_gguf
 from .kernels_src import *                              # chapter 09a: the C++ source, its build, the activation forms
 from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers its forms first, which these replace)
-_all_ = ['QKERNEL_SOURCE', 'qkernels', 'qkernel_error', 'q8_isa', 'q8_path']   # still importable from here, as before
 
 
 # %% auto #0
 __all__ = ['STEP_PHASES', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'plain_loop', 'step_phases', 'default_activations',
            'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock',
-           'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0', 'QKERNEL_SOURCE', 'qkernels',
-           'qkernel_error', 'q8_isa', 'q8_path']
+           'FusedTransformer', 'to_blocks', 'load_blocks', 'load_q4_1', 'load_q8_0']
 
 # %% ../nbs/09b_kernels.ipynb #blk-build-2
 def plain_loop(on:bool=True) -> int:
