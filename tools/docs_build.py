@@ -101,6 +101,11 @@ def load_modidx():
     exec(p.read_text(), g)
     return g['d']
 
+# words of five letters or more that Sphinx's English search drops (its language_data.js), so never a chapter's search term
+SEARCH_STOPWORDS = {'about', 'above', 'because', 'cannot', 'herself', 'himself', 'myself', 'after', 'again', 'against', 'below', 'between', 'being', 'before', 'could', 'doing', 'during',
+                    'further', 'having', 'itself', 'other', 'ought', 'ourselves', 'should', 'their', 'theirs', 'themselves', 'there',
+                    'these', 'those', 'through', 'under', 'until', 'where', 'which', 'while', 'would', 'yours', 'yourself', 'yourselves'}
+
 def exported_symbols():
     "{module: [names in __all__]} for every library module."
     lib = ROOT/settings().get('lib_path', 'minillm')
@@ -661,7 +666,7 @@ def build(skip_proc=False):
             out, facts = translate_nb(procd[name], name, doc, ctx)
             if doc == root_doc:
                 out['cells'].append(dict(cell_type='markdown', metadata={}, id='toctree', source=toctree_md(groups, nb2doc, root_doc)))
-            words = sorted(re.findall(r'[A-Za-z]{5,}', facts['title']), key=len, reverse=True)
+            words = sorted((w for w in re.findall(r'[A-Za-z]{5,}', facts['title']) if w.lower() not in SEARCH_STOPWORDS), key=len, reverse=True)
             facts['search_term'] = words[0].lower() if words else None
             (SRC/f'{doc}.ipynb').write_text(json.dumps(out, indent=1))
             facts['section'] = caption
