@@ -21,7 +21,7 @@ def cpu_features(flags:str|list[str]) -> dict[str, bool]:
     return {name: any(f in have for f in names) for name, names in CPU_FEATURES.items()}
 
 def machine_info() -> str:
-    "One line naming this machine's CPU, its cores, torch's threads and which of AVX2, AVX-512, AVX512-BF16, VNNI and AMX it has."
+    "One line naming this machine's CPU, its cores, torch's threads, which of AVX2, AVX-512, AVX512-BF16, VNNI and AMX it has, and its CUDA GPU if torch sees one."
     import os, platform
     name, flags = '', None
     try:
@@ -36,8 +36,13 @@ def machine_info() -> str:
         f = cpu_features(flags)
         feats = ', '.join(k for k, v in f.items() if v) or 'none of ' + '/'.join(f)
         if missing := [k for k, v in f.items() if not v]: feats += '; no ' + ', '.join(missing)
+    gpu = ''
+    if torch.cuda.is_available():                                     # a GPU run names the card, its size and the software that drives it
+        p = torch.cuda.get_device_properties(0)
+        gpu = (f"; GPU: {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
+               f"torch {torch.__version__}, CUDA {torch.version.cuda}")
     return (f"{name}: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {feats} "
-            f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()})")
+            f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()}){gpu}")
 
 # %% ../nbs/01a_measure.ipynb #m1a11
 def _sync(device):
