@@ -7,6 +7,9 @@ from __future__ import annotations
 import json, math, re
 from .constrained import (Constraint, STRING_CHAR, ANY_KEY, int_range_regex, json_value_regex, json_object_regex, regex_to_dfa,
                                  compile_constraint)
+try: from re import _parser as _sre_parse, _constants as _sre_c            # Python's own regex parser (3.11 and later)
+except ImportError: import sre_parse as _sre_parse, sre_constants as _sre_c  # Python 3.10 names it sre_parse
+
 
 # %% auto #0
 __all__ = ['MAX_DIGITS', 'STRING_FORMATS', 'TYPES', 'KEYWORDS', 'SUPPORTED', 'REFUSED', 'schema_to_regex',
@@ -31,6 +34,9 @@ def _number_regex(s:dict, integer:bool) -> str:
     # integers: the smallest/largest whole number inside the bounds
     L = _at_least(lo, xlo) if los else None
     H = -_at_least(None if hi is None else -hi, None if xhi is None else -xhi) if his else None
+    if (L is not None and L > big) or (H is not None and H < -big):   # satisfiable, but not by the numbers this compiler writes
+        raise ValueError(f"JSON schema: the bounds of {s} admit no number with at most MAX_DIGITS = {MAX_DIGITS} integer digits, "
+                         "the most this compiler writes")
     if L is None and H is None: ipart = r'-?(0|[1-9][0-9]{0,%d})' % (MAX_DIGITS - 1)
     elif L is not None and H is not None and L > H:
         if integer: raise _Empty(f"JSON schema: no integer lies within the bounds of {s}")
@@ -61,6 +67,7 @@ def _number_regex(s:dict, integer:bool) -> str:
         raise _Empty(f"JSON schema: no number lies within the bounds of {s}")
     return '(' + '|'.join(parts) + ')'
 
+
 # %% ../nbs/05c_json_schema.ipynb #cc000053-t1
 _D2 = r'(0[0-9]|1[0-9]|2[0-3])'
 STRING_FORMATS = {   # what each string format admits (a subset of its standard: what a validator with a format checker accepts)
@@ -81,8 +88,8 @@ def _pattern_body(p:str) -> tuple[str, bool, bool]:
     tail = len(p) - len(p.rstrip('$'))
     end = tail > 0 and (len(p) - tail - len(p[:len(p) - tail].rstrip('\\'))) % 2 == 0   # an even run of backslashes before '$'
     body = p[1 if start else 0: len(p) - 1 if end else len(p)]
-    from re import _parser, _constants as C
-    try: tree = _parser.parse(body)
+    C = _sre_c
+    try: tree = _sre_parse.parse(body)
     except Exception as e: raise ValueError(f"JSON schema: cannot parse pattern {p!r}: {e}") from None
     def lits(items):
         for op, av in items:
@@ -95,14 +102,14 @@ def _pattern_body(p:str) -> tuple[str, bool, bool]:
         raise ValueError(f"JSON schema: pattern {p!r} needs the character(s) {bad}, which JSON writes escaped; such patterns are not supported")
     return body, start, end
 
+
 # %% ../nbs/05c_json_schema.ipynb #cc000053-t3
 def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
     "A whole-string regex `text` (an anchored pattern's body, or a format) with minLength..maxLength folded in: dropped when its own widths imply them, else put into a pattern made of one repeated character class (`[a-z]+` with maxLength 8 is `[a-z]{1,8}`); a ValueError otherwise."
-    from re import _parser
-    w0, w1 = _parser.parse(text).getwidth()                      # fewest and most characters a match has
+    w0, w1 = _sre_parse.parse(text).getwidth()                      # fewest and most characters a match has
     if w1 < lo or hi is not None and w0 > hi: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
     if w0 >= lo and (hi is None or w1 <= hi): return text
-    m = re.fullmatch(r'(\[(?:\\.|[^\]\\])*\]|\\[dswDSW]|\.|[^\\()\[\]{}*+?|^$])(\*|\+|\{(\d+)(,(\d*))?\})', text)
+    m = re.fullmatch(r'(\[\^?\]?(?:\\.|[^\]\\])*\]|\\[dswDSW]|\.|[^\\()\[\]{}*+?|^$])(\*|\+|\{(\d+)(,(\d*))?\})', text)
     if m:
         a = {'*': 0, '+': 1}.get(m.group(2), int(m.group(3) or 0))
         b = None if m.group(2) in '*+' else int(m.group(3)) if m.group(4) is None else int(m.group(5)) if m.group(5) else None
@@ -110,7 +117,7 @@ def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
         if b is not None and b < a: raise _Empty(f"JSON schema: no string of {what} has minLength {lo} and maxLength {hi}")
         return f"{m.group(1)}{{{a},{'' if b is None else b}}}"
     if hi is not None and w0 >= lo:                              # cap the unbounded repetitions so that no match is longer than maxLength
-        width = lambda cap: _parser.parse(_cap_repeats(text, cap)).getwidth()[1]
+        width = lambda cap: _sre_parse.parse(_cap_repeats(text, cap)).getwidth()[1]
         if width(0) <= hi:                                       # the largest cap that fits (a sound subset: some valid strings are lost)
             a, b = 0, hi
             while a < b:
@@ -122,17 +129,25 @@ def _fold_length(text:str, lo:int, hi:int|None, what:str) -> str:
 
 def _cap_repeats(text:str, cap:int) -> str:
     "`text` with every unbounded repetition (`*`, `+`, `{m,}`) given at most max(m, cap) copies; escapes and character classes are left alone."
-    out, i, cls = [], 0, False
+    out, i = [], 0
     while i < len(text):
         c = text[i]
         if c == '\\': out.append(text[i:i + 2]); i += 2; continue
-        if cls: cls = c != ']'
-        elif c == '[': cls = True; out.append(c); i += 1; out.append(text[i:i + 1] if text[i:i + 1] in (']', '^') else ''); i += len(out[-1]); continue
-        elif c in '*+': c = f"{{{int(c == '+')},{max(int(c == '+'), cap)}}}"
+        if c == '[':                                             # a class, copied whole: a '^' and then a first ']' belong to it ([^]*] excludes ']' and '*')
+            j = i + 1 + (text[i + 1:i + 2] == '^')
+            j += text[j:j + 1] == ']'
+            while j < len(text) and text[j] != ']': j += 2 if text[j] == '\\' else 1
+            out.append(text[i:j + 1]); i = j + 1; continue
+        if c in '*+': c = f"{{{int(c == '+')},{max(int(c == '+'), cap)}}}"
         elif c == '{' and (m := re.compile(r'\{(\d+),\}').match(text, i)):
             out.append(f"{{{m.group(1)},{max(int(m.group(1)), cap)}}}"); i = m.end(); continue
         out.append(c); i += 1
     return ''.join(out)
+
+# one code point of a JSON string, for minLength/maxLength: a raw character, an escape, or a surrogate pair written as two \u escapes
+# (one character, as a validator counts it); a lone surrogate escape is not written where the length is counted, so the count is exact
+_CODE_POINT = (r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u([0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})'
+               r'|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})')
 
 def _string_regex(s:dict) -> str:
     "A JSON string within `minLength`/`maxLength`, or matching `pattern` (search semantics), or of a `format`; a length with a format or an anchored pattern where `_fold_length` can fold it in; other pairs are refused."
@@ -152,10 +167,21 @@ def _string_regex(s:dict) -> str:
             body = _fold_length(body, lo, hi, f"pattern {s['pattern']!r}")
         # a group named _json keeps the pattern to raw JSON-string characters and Python's Unicode classes (see regex_to_dfa)
         return '"' + ('' if start else STRING_CHAR + '*') + f"(?P<_json>{body})" + ('' if end else STRING_CHAR + '*') + '"'
-    return '"' + STRING_CHAR + ('*' if lo == 0 and hi is None else f"{{{lo},{'' if hi is None else hi}}}") + '"'
+    if lo == 0 and hi is None: return '"' + STRING_CHAR + '*"'
+    return '"' + _CODE_POINT + f"{{{lo},{'' if hi is None else hi}}}" + '"'
+
 
 # %% ../nbs/05c_json_schema.ipynb #cc000054
 def _jkey(v) -> str: return json.dumps(v, sort_keys=True, ensure_ascii=False)   # JSON values compared as text
+
+def _vkey(v) -> str:
+    "A key under which two JSON values are equal exactly when JSON Schema calls them equal (const, enum, oneOf): 1 and 1.0 are one number, true is not 1."
+    def canon(x):
+        if isinstance(x, float) and x.is_integer(): return int(x)
+        if isinstance(x, dict): return {k: canon(y) for k, y in x.items()}
+        if isinstance(x, list): return [canon(y) for y in x]
+        return x
+    return json.dumps(canon(v), sort_keys=True, ensure_ascii=False)
 
 class _Empty(ValueError):
     "A schema (or an anyOf branch) that no JSON value satisfies."
@@ -199,13 +225,58 @@ def _types(s:dict) -> set[str]:
 _TIGHTER = {'minimum': max, 'exclusiveMinimum': max, 'minLength': max, 'minItems': max, 'minProperties': max,
             'maximum': min, 'exclusiveMaximum': min, 'maxLength': min, 'maxItems': min, 'maxProperties': min}
 
+
 # %% ../nbs/05c_json_schema.ipynb #cc000054-s1
+def _both(x, y):
+    "The subschema a value must satisfy when it must satisfy `x` and `y` (each True, False or a dict)."
+    if x is True or x == {} or _jkey(x) == _jkey(y): return y
+    if y is True or y == {}: return x
+    if x is False or y is False: return False
+    return {'allOf': [x, y]}
+
+def _merge_objects(a:dict, b:dict) -> dict:
+    """properties, additionalProperties and patternProperties of `a` AND `b`. A name listed on one side only must also satisfy what
+    the other side says of an unlisted name (its patternProperties where one matches, else its additionalProperties)."""
+    pa, pb = a.get('properties', {}), b.get('properties', {})
+    xa, xb = a.get('additionalProperties', True), b.get('additionalProperties', True)
+    qa, qb = a.get('patternProperties', {}), b.get('patternProperties', {})
+    if not all(isinstance(x, dict) for x in (pa, pb, qa, qb)): raise ValueError("JSON schema: 'properties' and 'patternProperties' must be dicts")
+    if qa and qb and _jkey(qa) != _jkey(qb): raise ValueError("JSON schema: combining two different 'patternProperties' is not supported")
+    if (qa and not qb and xb is not True) or (qb and not qa and xa is not True):
+        raise ValueError("JSON schema: combining 'patternProperties' on one side with 'additionalProperties' on the other is not supported")
+    def side(props, pats, addl, name):                           # what one side says of property `name`
+        if name in props: return props[name]
+        try: return True if any(re.search(p, name) for p in pats) else addl    # a matching pattern applies (it is kept in the result)
+        except re.error as e: raise ValueError(f"JSON schema: a patternProperties pattern does not compile: {e}") from None
+    out = {}
+    if (names := list(dict.fromkeys([*pa, *pb]))): out['properties'] = {n: _both(side(pa, qa, xa, n), side(pb, qb, xb, n)) for n in names}
+    if (x := _both(xa, xb)) is not True: out['additionalProperties'] = x
+    if qa or qb: out['patternProperties'] = qa or qb
+    return out
+
+def _merge_arrays(a:dict, b:dict) -> dict:
+    "prefixItems and items of `a` AND `b`: item i satisfies both sides' schema for position i; an item no value satisfies ends the array."
+    fa, fb = a.get('prefixItems', []), b.get('prefixItems', [])
+    ia, ib = a.get('items', True), b.get('items', True)
+    if not isinstance(fa, list) or not isinstance(fb, list): raise ValueError("JSON schema: 'prefixItems' must be a list of schemas")
+    pre, rest = [], _both(ia, ib)
+    for i in range(max(len(fa), len(fb))):
+        x = _both(fa[i] if i < len(fa) else ia, fb[i] if i < len(fb) else ib)
+        if x is False: rest = False; break                       # no value at position i: at most i items
+        pre.append(x)
+    return {**({'prefixItems': pre} if pre else {}), **({'items': rest} if rest is not True else {})}
+
 def _merge(a:dict, b:dict) -> dict:
     "One schema that holds exactly when both `a` and `b` hold (allOf, or anyOf/$ref with siblings); a ValueError where that is not expressible."
-    a, b, out = _norm_schema(a), _norm_schema(b), None
+    a, b = _norm_schema(a), _norm_schema(b)
     out = dict(a)
+    for keys, merge in ((('properties', 'additionalProperties', 'patternProperties'), _merge_objects), (('prefixItems', 'items'), _merge_arrays)):
+        if any(k in a or k in b for k in keys):
+            for k in keys: out.pop(k, None)
+            out.update(merge(a, b))
     for k, v in b.items():
-        if k not in a or a[k] == v:
+        if k in ('properties', 'additionalProperties', 'patternProperties', 'prefixItems', 'items'): continue
+        if k not in a or _jkey(a[k]) == _jkey(v):                # as JSON text: Python's == calls True and 1 equal
             out[k] = out.get(k, []) + v if k == 'allOf' and k in out and out[k] != v else v; continue
         if k not in SUPPORTED | REFUSED: continue                 # annotations: keep the first
         if k in _TIGHTER: out[k] = _TIGHTER[k](a[k], v)
@@ -217,25 +288,19 @@ def _merge(a:dict, b:dict) -> dict:
         elif k == 'required': out[k] = list(dict.fromkeys(a[k] + v))
         elif k in ('enum', 'const'):
             va, vb = ([a[k]] if k == 'const' else a[k]), ([v] if k == 'const' else v)
-            keep = [x for x in va if _jkey(x) in {_jkey(y) for y in vb}]
+            keep = [x for x in va if _vkey(x) in {_vkey(y) for y in vb}]
             if not keep: raise _Empty(f"JSON schema: two {k} lists share no value")
             out.pop(k); out['enum'] = keep
-        elif k == 'properties':
-            if a.get('additionalProperties', True) is not True or b.get('additionalProperties', True) is not True:
-                if set(a[k]) != set(v): raise ValueError("JSON schema: combining two schemas with different 'properties' where one sets "
-                                                         "'additionalProperties' is not supported")
-            out[k] = {**a[k], **v, **{p: {'allOf': [a[k][p], v[p]]} for p in set(a[k]) & set(v) if a[k][p] != v[p]}}
-        elif k in ('items', 'additionalProperties') and isinstance(a[k], dict) and isinstance(v, dict): out[k] = {'allOf': [a[k], v]}
-        elif k in ('additionalProperties', 'items') and False in (a[k], v): out[k] = False
         elif k == 'allOf': out[k] = out[k] + v
         elif k == 'anyOf': out[k] = [{'allOf': [x, y]} for x in a[k] for y in v]   # (x1 or x2) and (y1 or y2): every pair
         elif k == '$ref': out['allOf'] = out.get('allOf', []) + [{'$ref': v}]      # resolved later, one at a time
         else: raise ValueError(f"JSON schema: cannot combine two different values of {k!r} ({_jkey(a[k])[:40]} and {_jkey(v)[:40]})")
     if 'const' in out and 'enum' in out:                          # a const beside an enum (from the two sides)
-        keep = [x for x in out['enum'] if _jkey(x) == _jkey(out['const'])]
+        keep = [x for x in out['enum'] if _vkey(x) == _vkey(out['const'])]
         if not keep: raise _Empty("JSON schema: const is not among the enum values")
         out.pop('const'); out['enum'] = keep
     return out
+
 
 # %% ../nbs/05c_json_schema.ipynb #cc000054-s1-t1
 def _resolve(root, ref:str):
@@ -250,17 +315,21 @@ def _resolve(root, ref:str):
     return node
 
 def _disjoint(a, b) -> bool:
-    "True when no value can satisfy both schemas, by a cheap sufficient test: different types, or a shared required property whose const/enum values differ."
+    "True when no value can satisfy both schemas, by a cheap sufficient test: different types, or a shared required property whose const/enum values differ (compared as JSON Schema compares them: 1 equals 1.0)."
     if not (isinstance(a, dict) and isinstance(b, dict)): return False
     try: ta, tb = _types(a), _types(b)
     except ValueError: return False
     if not ta & tb and not ({'integer', 'number'} & ta and {'integer', 'number'} & tb): return True
-    pa, pb = a.get('properties', {}), b.get('properties', {})
-    for k in set(a.get('required', [])) & set(b.get('required', [])) & set(pa) & set(pb):
-        va = [pa[k]['const']] if 'const' in pa[k] else pa[k].get('enum')
-        vb = [pb[k]['const']] if 'const' in pb[k] else pb[k].get('enum')
-        if va is not None and vb is not None and not {_jkey(x) for x in va} & {_jkey(x) for x in vb}: return True
+    pa, pb, ra, rb = a.get('properties', {}), b.get('properties', {}), a.get('required', []), b.get('required', [])
+    if not (isinstance(pa, dict) and isinstance(pb, dict) and isinstance(ra, list) and isinstance(rb, list)): return False
+    def listed(p):                                               # the values a property's schema lists (const or enum), else None
+        if not isinstance(p, dict): return None                 # a boolean subschema lists nothing
+        return [p['const']] if 'const' in p else p['enum'] if isinstance(p.get('enum'), list) else None
+    for k in {r for r in ra if isinstance(r, str)} & {r for r in rb if isinstance(r, str)} & set(pa) & set(pb):
+        va, vb = listed(pa[k]), listed(pb[k])
+        if va is not None and vb is not None and not {_vkey(x) for x in va} & {_vkey(x) for x in vb}: return True
     return False
+
 
 # %% ../nbs/05c_json_schema.ipynb #cc000055
 def _array_regex(s:dict, rec, ws:str) -> str:
@@ -273,8 +342,16 @@ def _array_regex(s:dict, rec, ws:str) -> str:
     if rest is False: hi = len(pre) if hi is None else min(hi, len(pre))
     if hi is not None and hi < lo: raise _Empty(f"JSON schema: the array needs at least {lo} and at most {hi} items")
     if hi is not None: pre = pre[:hi]
-    elems = [rec(x) for x in pre]
-    item = rec(rest) if rest is not False and (hi is None or hi > len(pre)) else None
+    elems = []
+    for i, x in enumerate(pre):                                  # an item no value satisfies ends the array before it
+        try: elems.append(rec(x))
+        except _Empty:
+            if i < lo: raise
+            hi, pre = i, pre[:i]; break
+    try: item = rec(rest) if rest is not False and (hi is None or hi > len(pre)) else None
+    except _Empty:
+        if lo > len(pre): raise
+        item = None
     sep = ',' + ws
     def tail(i):                                                 # elements i.. (i >= 1 when preceded by a separator)
         if i < len(elems):
@@ -287,6 +364,7 @@ def _array_regex(s:dict, rec, ws:str) -> str:
             return f"{item}{more}" if a >= 1 else f"({item}{more})?"
         return f"({sep}{item})" + ('*' if b is None and a == 0 else f"{{{a},{'' if b is None else b}}}")
     return r'\[' + ws + tail(0) + ws + r'\]'
+
 
 # %% ../nbs/05c_json_schema.ipynb #cc000055-t1
 def _object_regex(s:dict, rec, ws:str) -> str:
@@ -313,9 +391,14 @@ def _object_regex(s:dict, rec, ws:str) -> str:
         more = f"(,{ws}{kv})" + ('*' if hi is None and lo <= 1 else f"{{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}")
         return r'\{' + ws + (f"{kv}{more}" if lo >= 1 else f"({kv}{more})?") + ws + r'\}'
     if lo > len(props): raise ValueError(f"JSON schema: minProperties {lo} asks for more properties than the {len(props)} listed; not supported")
-    kv = {k: re.escape(json.dumps(k, ensure_ascii=False)) + ':' + ws + rec(v) for k, v in props.items()}
-    keys, memo, sep = list(props), {}, ',' + ws
-    counted = lo > len(set(req)) or (hi is not None and hi < len(props))   # the counts bind beyond what required says
+    kv = {}
+    for k, v in props.items():                                   # an optional property no value satisfies is left out
+        try: kv[k] = re.escape(json.dumps(k, ensure_ascii=False)) + ':' + ws + rec(v)
+        except _Empty:
+            if k in req: raise
+    if lo > len(kv): raise _Empty(f"JSON schema: the object needs {lo} properties and only {len(kv)} can hold")
+    keys, memo, sep = list(kv), {}, ',' + ws
+    counted = lo > len(set(req)) or (hi is not None and hi < len(kv))   # the counts bind beyond what required says
     cap = lo if hi is None else hi
     def seq(i, n, first):                                        # properties i.. in schema order, n written before them (capped)
         if i == len(keys): return '' if n >= lo or not counted else None
@@ -334,12 +417,13 @@ def _object_regex(s:dict, rec, ws:str) -> str:
     if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
     return r'\{' + ws + body + ws + r'\}'
 
+
 # %% ../nbs/05c_json_schema.ipynb #cc000056-t0
 def _enum_regex(s:dict, rec) -> str:
     "An `enum` or `const`: the values, written as JSON, that the rest of the schema admits (checked on its automaton)."
     vals = [s['const']] if 'const' in s else s['enum']
     if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-    if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
+    if 'const' in s and 'enum' in s: vals = [v for v in vals if _vkey(v) in {_vkey(x) for x in s['enum']}]
     rest = {k: v for k, v in s.items() if k in SUPPORTED and k not in ('enum', 'const')}
     texts = [json.dumps(v, ensure_ascii=False) for v in vals]
     if rest:
@@ -370,6 +454,7 @@ def _typed_regex(s:dict, rec, ws:str) -> str:
             if len(ts) == 1: raise
     if not parts: raise _Empty(f"JSON schema: no value satisfies {s}")
     return parts[0] if len(parts) == 1 else '(' + '|'.join(parts) + ')'
+
 
 # %% ../nbs/05c_json_schema.ipynb #cc000056
 def schema_to_regex(schema, ws:str=r'[ ]?', _depth:int=0, _root=None, _refs:tuple=()) -> str:
