@@ -377,7 +377,15 @@ def _schema_cached(key:str, path:str):
     if path == 'regex': c = Constraint(schema_to_regex(schema), 'json_schema', schema)
     else:
         t0 = time.perf_counter()
-        c = GrammarConstraint(schema_to_grammar(schema), 'json_schema', schema)
+        g = schema_to_grammar(schema)
+        try: c = GrammarConstraint(g, 'json_schema', schema)
+        except ValueError as e:                                  # 05b's checks speak of rules: say it in the schema's terms
+            if 'left-recursive' in str(e): raise ValueError("JSON schema: a $ref leads back to the same schema before anything is written "
+                                                            "(as in anyOf [{$ref: '#'}, ...]); such a value would nest without end, so it is not supported") from None
+            if 'can never finish' in str(e): raise ValueError("JSON schema: no finite value satisfies it: every way through the schema "
+                                                              "needs the same schema again (a required property or item that refers back)") from None
+            raise
         c.compile_time = time.perf_counter() - t0
     c.path = path
     return c
+
