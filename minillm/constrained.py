@@ -132,7 +132,8 @@ class _NFA:
 # %% ../nbs/05a_constrained.ipynb #cc000025-m1
 @patch
 def build(self:_NFA, items, pattern):                            # a parsed sequence -> fragment
-    from re import _constants as C
+    try: from re import _constants as C
+    except ImportError: import sre_constants as C               # Python 3.10 names it sre_constants
     s = cur = self.state()
     for op, av in items:
         if op is C.LITERAL: f = self.chars([(av, av)])
@@ -173,7 +174,8 @@ def build(self:_NFA, items, pattern):                            # a parsed sequ
 @patch
 def _set(self:_NFA, items, pattern):
     "The code points of a class `[...]`: ASCII \\d \\w \\s for `regex=`, Python's Unicode ones inside a schema's pattern (what jsonschema checks)."
-    from re import _constants as C
+    try: from re import _constants as C
+    except ImportError: import sre_constants as C               # Python 3.10 names it sre_constants
     ranges, neg = [], False
     for op, av in items:
         if op is C.NEGATE: neg = True
@@ -190,7 +192,8 @@ def _set(self:_NFA, items, pattern):
 # %% ../nbs/05a_constrained.ipynb #cc000025-t1
 def _nfa_size(items) -> int:
     "About how many NFA states `_NFA.build` makes for a parsed regex: counted repetitions multiply (checked before building)."
-    from re import _constants as C
+    try: from re import _constants as C
+    except ImportError: import sre_constants as C               # Python 3.10 names it sre_constants
     n = 1
     for op, av in items:
         if op is C.SUBPATTERN: n += _nfa_size(av[3])
@@ -204,7 +207,8 @@ def _nfa_size(items) -> int:
 # %% ../nbs/05a_constrained.ipynb #cc000026
 def regex_to_dfa(pattern:str, max_states:int=MAX_NFA_STATES) -> ByteDFA:
     "Compile `pattern` (whole-output match) to a minimal `ByteDFA`: Python's own parser, then Thompson's NFA over UTF-8 bytes, subsets, Moore."
-    from re import _parser
+    try: from re import _parser
+    except ImportError: import sre_parse as _parser             # Python 3.10 names it sre_parse
     if not isinstance(pattern, str): raise ValueError(f"regex must be a str, got {type(pattern).__name__}")
     n = iter(range(1 << 30))                                     # schema regexes repeat (?P<_json>...) groups: number them apart
     try: tree = _parser.parse(re.sub(r'\(\?P<_json\d*>', lambda m: f"(?P<_json{next(n)}>", pattern))

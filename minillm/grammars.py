@@ -4,7 +4,7 @@
 
 # %% ../nbs/05b_grammars.ipynb #gc000003
 from __future__ import annotations
-import functools, json, re, time, weakref
+import collections, functools, json, re, time, weakref
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -13,6 +13,7 @@ from .weights import Tokenizer
 from .constrained import (DEAD, Constraint, TokenIndex, TokenVocab, _negate, _norm, _tokenizer_for, register_tokenizer,
                                  utf8_sequences, vocab_for)
 from .constrained import SCHEMA_PATHS
+
 
 # %% auto #0
 __all__ = ['SPARSE_MAX', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'walk_long', 'GrammarIndex',
@@ -76,7 +77,7 @@ def parse(self:_GBNFParser):
         if self.i >= len(self.s): break
         nm = self.name(); self.ws(False)
         if not self.s.startswith('::=', self.i): self.err(f"expected '::=' after {nm!r}")
-        self.i += 3
+        self.i += 3; self.ws(True)                               # llama.cpp's layout: the body may start on the next line
         if nm in self.defined: self.err(f"rule {nm!r} is defined twice")
         self.defined.add(nm)
         r = self.rule_id(nm)                                 # numbered before the helpers its body makes
@@ -90,8 +91,10 @@ def parse(self:_GBNFParser):
 def alternatives(self:_GBNFParser, nm, nested):
     alts = [self.sequence(nm, nested)]
     while self.i < len(self.s) and self.s[self.i] == '|':
-        self.i += 1; alts.append(self.sequence(nm, nested))
+        self.i += 1; self.ws(True)                               # and the next alternative may too
+        alts.append(self.sequence(nm, nested))
     return alts
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000021-p2
 @patch
@@ -114,6 +117,8 @@ def sequence(self:_GBNFParser, nm, nested):
             seq += [('b', b, b) for b in ''.join(map(chr, lit)).encode('utf-8', 'surrogatepass')]
         elif c == '[':
             self.i += 1; neg = self.s.startswith('^', self.i); self.i += neg; ranges = []
+            if self.s.startswith(']', self.i): self.err(f"character class [{'^' * neg}] is empty (llama.cpp reads it as nothing, a regular "
+                                                        "expression as a class that holds ']'): write . for any character, \\] for a bracket")
             while self.i < len(self.s) and self.s[self.i] != ']':
                 lo = self.char(); hi = lo
                 if self.s.startswith('-', self.i) and self.s[self.i + 1:self.i + 2] not in (']', ''): self.i += 1; hi = self.char()
@@ -135,6 +140,7 @@ def sequence(self:_GBNFParser, nm, nested):
         else: self.err(f"unexpected character {c!r}")
         last = seq[n0:]
     return seq
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000021-p3
 @patch
@@ -208,10 +214,13 @@ class GrammarAutomaton:
     grammar's alternatives (the innermost last), each stack's top pointing at a byte range to read next; the empty stack means the root
     is complete. A counted repetition `x{m,n}` is one position whose stack entry also carries how many copies are done
     (entry `p + N*c`), so `maxLength: 32767` is a counter, not 32767 positions. States are numbered the first time they are met and each one's 256 transitions are computed once, so it has the
-    interface chapter 05a's `TokenIndex` walks: `start`, `accept[s]`, `walk`, and rows of next states."""
-    def __init__(self, grammar:Grammar, max_states:int=200_000):
+    interface chapter 05a's `TokenIndex` walks: `start`, `accept[s]`, `walk`, and rows of next states. A walk along one text computes
+    only the transitions it takes. `max_states` bounds the states one step may meet; between steps, `GrammarConstraint.apply` starts
+    a recognizer afresh (`reset`) once it holds more than `reset_at` states (and twice what the live rows needed at its last reset)."""
+    def __init__(self, grammar:Grammar, max_states:int=200_000, reset_at:int=20_000):
         self.nullable = _check_grammar(grammar)                   # rule -> derives the empty string (see clip)
         self.grammar, self.max_states, self.pattern = grammar, max_states, f"grammar {grammar.names[grammar.root]}"
+        # per position p: kind[p], and (a1, a2, a3)[p] = (lo, hi, 0) for a byte range, (rule, 0, 0) for a rule, (rule, min, max or -1) for a repetition
         kind, a1, a2, a3, self.alts = [], [], [], [], []
         for alts in grammar.rules:                                 # flatten every alternative into one array of positions
             starts = []
@@ -224,10 +233,16 @@ class GrammarAutomaton:
                 kind.append(_END); a1.append(0); a2.append(0); a3.append(0)
             self.alts.append(starts)
         self.kind, self.a1, self.a2, self.a3, self.N = kind, a1, a2, a3, len(kind)
-        self.sets, self.ids, self.accept, self._exp = [], {}, [], {}
+        self.reset_at, self.kept, self.resets, self._indexes = reset_at, 0, 0, weakref.WeakSet()
+        self._fresh()
+
+    def _fresh(self):
+        "No state met yet but the start state: the table of rows, the full-row flags, the stacks of each state, its expansions."
+        self.sets, self.ids, self.accept, self._exp, self._counted = [], {}, [], {}, {}
         self.table = np.full((64, 256), -2, np.int32)             # -2: not computed yet; DEAD (-1): no way on
         self.table[-1] = DEAD                                     # the last row stays all DEAD: table[DEAD] reads it (see walk_tokens)
-        self.start = self._intern(frozenset(st for a in self.alts[grammar.root] for st in self._expand((a,))))
+        self.full = np.zeros(64, bool); self.full[-1] = True      # rows computed for all 256 bytes (a walk computes single entries)
+        self.start = self._intern(frozenset(st for a in self.alts[self.grammar.root] for st in self._expand((a,))))
 
     @property
     def n_states(self) -> int: return len(self.sets)
@@ -258,23 +273,28 @@ class GrammarAutomaton:
         self._exp[stack] = out = tuple(sorted(set(out)))
         return out
 
+
 # %% ../nbs/05b_grammars.ipynb #gc000031-s1-m1
 @patch
 def _intern(self:GrammarAutomaton, stacks:frozenset) -> int:
     if not stacks: return DEAD
     s = self.ids.get(stacks)
     if s is None:
-        if len(self.sets) >= self.max_states: raise ValueError(f"the grammar recognizer met more than {self.max_states:,} states")
+        if len(self.sets) >= self.max_states:
+            raise ValueError(f"the grammar recognizer for {self.pattern[:60]!r} met more than {self.max_states:,} states in one step: every "
+                             "count of a bounded repetition it reaches (each character of a string with a maxLength) is a state; lower the "
+                             "bound, or make the recognizer with a larger max_states")
         s = self.ids[stacks] = len(self.sets)
         self.sets.append(stacks); self.accept.append(() in stacks)
         if s >= len(self.table) - 1:                          # grow, keeping the last row all DEAD
             self.table = np.concatenate([self.table[:-1], np.full_like(self.table, -2), self.table[-1:]])
+            self.full = np.concatenate([self.full[:-1], np.zeros(len(self.full), bool), self.full[-1:]])
     return s
 
 @patch
 def row(self:GrammarAutomaton, s:int) -> np.ndarray:
     "The next state after each of the 256 bytes from state `s` (DEAD where the byte is not allowed), computed on first use."
-    if self.table[s, 0] == -2:
+    if not self.full[s]:
         tops = [(st[-1], self._expand(st[:-1] + (st[-1] + 1,))) for st in self.sets[s] if st]   # read the byte range at the top, go on
         cuts = sorted({x for p, _ in tops for x in (self.a1[p], self.a2[p] + 1)})
         runs = []                                             # bytes lo..hi-1 are read by the same stacks: one next state
@@ -283,16 +303,32 @@ def row(self:GrammarAutomaton, s:int) -> np.ndarray:
         row = np.full(256, DEAD, np.int32)
         for _, lo, hi, on in sorted(runs):                    # numbered in the order a byte-by-byte loop over the stacks meets them
             row[lo:hi] = self._intern(frozenset(x for i in on for x in tops[i][1]))
-        self.table[s] = row
+        self.table[s] = row; self.full[s] = True
     return self.table[s]
+
+@patch
+def step_byte(self:GrammarAutomaton, s:int, b:int) -> int:
+    "The state after byte `b` from state `s`: one entry of the row, computed alone when it is not known yet."
+    t = int(self.table[s, b])
+    if t == -2:
+        t = self._intern(frozenset(x for st in self.sets[s] if st and self.a1[st[-1]] <= b <= self.a2[st[-1]]
+                                   for x in self._expand(st[:-1] + (st[-1] + 1,))))
+        self.table[s, b] = t
+    return t
 
 @patch
 def walk(self:GrammarAutomaton, state:int, data:bytes) -> int:
     "The state after reading `data` from `state` (DEAD once no continuation can match)."
     for b in data:
         if state == DEAD: break
-        state = int(self.row(state)[b])
+        state = self.step_byte(state, b)                      # only the transitions taken: one state per byte of a long string
     return state
+
+@patch
+def reset(self:GrammarAutomaton):
+    "Forget every state but the start and start numbering again; the indexes built on this recognizer forget their rows and masks too. Only between steps: a state number held across a reset means nothing."
+    self._fresh(); self.resets += 1
+    for ix in list(self._indexes): ix.forget()
 
 @patch
 def fullmatch(self:GrammarAutomaton, text:str|bytes) -> bool:
@@ -302,6 +338,7 @@ def fullmatch(self:GrammarAutomaton, text:str|bytes) -> bool:
 
 @patch
 def __repr__(self:GrammarAutomaton): return f"GrammarAutomaton({len(self.grammar.rules)} rules, {self.n_states} states met so far)"
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000041
 _CHILDREN = weakref.WeakKeyDictionary()
@@ -317,7 +354,7 @@ def _children(vocab:TokenVocab):
 def _fill(pda:GrammarAutomaton, st:np.ndarray):
     "Compute the rows of the states in `st` met for the first time (DEAD entries skipped)."
     st = st[st >= 0]
-    if (new := st[pda.table[st, 0] == -2]).size:
+    if (new := st[~pda.full[st]]).size:
         for u in np.unique(new): pda.row(int(u))
 
 SPARSE_MAX = 2048    # walk_tokens follows single live trie nodes while a level has at most this many, then whole levels
@@ -353,6 +390,7 @@ def walk_tokens(pda:GrammarAutomaton, vocab:TokenVocab, states, depth:int|None=N
     out[:, ~vocab.has_bytes] = DEAD
     return out
 
+
 # %% ../nbs/05b_grammars.ipynb #gc000041-c1
 @patch
 def clip(self:GrammarAutomaton, s:int, r:int) -> int:
@@ -371,11 +409,11 @@ def clip(self:GrammarAutomaton, s:int, r:int) -> int:
 @patch
 def counted(self:GrammarAutomaton, s:int) -> bool:
     "True when a stack of state `s` holds a bounded count that `clip` could change (a repetition with an upper bound and a body that reads)."
-    if not hasattr(self, '_counted'): self._counted = {}
     if s not in self._counted:
         self._counted[s] = any(self.kind[e % self.N] == _REP and self.a3[e % self.N] >= 0 and not self.nullable[self.a1[e % self.N]]
                                for st in self.sets[s] for e in st)
     return self._counted[s]
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000041-s1
 _SPLITS = weakref.WeakKeyDictionary()
@@ -418,18 +456,34 @@ def walk_long(ix, s:int) -> np.ndarray:
     return ok
 
 # %% ../nbs/05b_grammars.ipynb #gc000041-t1
+class _Recent(collections.OrderedDict):
+    "A dict that keeps only its `most` most recently used entries (the per-state caches of `GrammarIndex`)."
+    def __init__(self, most:int): super().__init__(); self.most = most
+    def __getitem__(self, k):
+        v = super().__getitem__(k); self.move_to_end(k); return v
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v); self.move_to_end(k)
+        while len(self) > self.most: self.popitem(last=False)
+
 class GrammarIndex(TokenIndex):
     """05a's `TokenIndex` over a `GrammarAutomaton`: the same masks and prefix cache. A mask is the OR of two exact walks: tokens of at
     most `L` bytes walked from the state clipped for `L` bytes (cached under that state: every count of a long string shares it), and
-    the few longer tokens walked from the state itself. A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states)."""
-    def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True):
+    the few longer tokens walked from the state itself. A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states).
+    Masks and walks are kept for the `cache` states used last, rows of end states for a quarter of that (a row is 4 bytes a token)."""
+    def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True, cache:int=512):
         super().__init__(dfa, vocab, block)
-        self.fast, self.short, self.long, (self.L, self.r_short) = fast, {}, {}, _split(vocab)[:2]
-        self.canon = np.full((int(np.log2(len(vocab.levels))) + 2, 1), DEAD, np.int32)   # [r, state] -> the state clipped for 2**r bytes (-2: not yet)
-        self.slack = 0                                            # tests only: clip for that many bytes fewer (too coarse a key)
+        self.fast, self.cache, (self.L, self.r_short), self.slack = fast, cache, _split(vocab)[:2], 0   # slack: tests only (a key too coarse)
+        self.forget()
+        dfa._indexes.add(self)                                   # a reset of the recognizer makes this index forget
+
+    def forget(self):
+        "Drop every cached mask, walk, row and prefix state (the recognizer was reset: its state numbers mean something else now)."
+        self.next, self.banned, self.short, self.long = _Recent(max(self.cache // 4, 1)), _Recent(self.cache), _Recent(self.cache), _Recent(self.cache)
+        self._after = {}
+        self.canon = np.full((int(np.log2(len(self.vocab.levels))) + 2, 1), DEAD, np.int32)   # [r, state] -> the state clipped for 2**r bytes (-2: not yet)
 
     def _add(self, states):
-        states = [s for s in states if s not in self.next]
+        states = [s for s in states if s not in self.next or s not in self.banned]
         for i in range(0, len(states), self.block):
             part = states[i:i + self.block]
             for s, row in zip(part, walk_tokens(self.dfa, self.vocab, part)):
@@ -471,15 +525,17 @@ class GrammarIndex(TokenIndex):
             return TokenIndex.step(self, state, t)
         return self.dfa.walk(state, self.vocab.bytes[t]) if self.vocab.bytes[t] else DEAD
 
+
 # %% ../nbs/05b_grammars.ipynb #gc000041-t2
 class GrammarConstraint(Constraint):
     "A GBNF grammar (or a `Grammar` built by `schema_to_grammar`) as a constraint: the contract of 05a's `Constraint` (`apply(logits, tokens, n_prompt)`), recognized by a `GrammarAutomaton`."
     path = 'grammar'
     def __init__(self, grammar:str|Grammar, kind:str='grammar', source=None, tokenizer:Tokenizer|None=None):
-        text = grammar if isinstance(grammar, str) else f"{kind}:{json.dumps(source, sort_keys=True)}"   # what equality and hashing use
+        text = grammar if isinstance(grammar, str) else f"{kind}:{json.dumps(source, ensure_ascii=False)}"   # what equality and hashing use (property order matters: the output follows it)
         self.regex, self.kind, self.source, self.tokenizer = text, kind, source if source is not None else grammar, tokenizer
         t0 = time.perf_counter()
         self.dfa = GrammarAutomaton(parse_gbnf(grammar) if isinstance(grammar, str) else grammar)
+        self.dfa.pattern = text
         self.compile_time = time.perf_counter() - t0
         self._index = weakref.WeakKeyDictionary()
 
@@ -492,6 +548,15 @@ class GrammarConstraint(Constraint):
         if tok not in self._index: self._index[tok] = GrammarIndex(self.dfa, vocab_for(tok))
         return self._index[tok]
 
+    def apply(self, logits:torch.Tensor, tokens:torch.Tensor|None, n_prompt:int=0) -> torch.Tensor:
+        "05a's `apply`. Before it, between steps, a recognizer that has grown past its `reset_at` states (and past twice what the live rows needed at its last reset) starts afresh: each row's state is walked again from its tokens."
+        dfa = self.dfa
+        if dfa.n_states <= max(dfa.reset_at, 2 * dfa.kept): return Constraint.apply(self, logits, tokens, n_prompt)
+        dfa.reset()
+        out = Constraint.apply(self, logits, tokens, n_prompt)
+        dfa.kept = dfa.n_states                                  # what the live rows needed: no new reset before twice that
+        return out
+
     def __eq__(self, other): return isinstance(other, GrammarConstraint) and (self.regex, self.tokenizer) == (other.regex, other.tokenizer)
     def __hash__(self): return hash(('grammar', self.regex))
     def __repr__(self): return f"GrammarConstraint({self.dfa!r}, grammar={self.regex[:50]!r}{'...' if len(self.regex) > 50 else ''})"
@@ -501,6 +566,7 @@ def compile_grammar(grammar:str) -> GrammarConstraint:
     "A `GrammarConstraint` for a GBNF grammar, compiled once per text and cached (its automaton grows as generations meet new states)."
     if not isinstance(grammar, str): raise ValueError(f"grammar must be a GBNF string, got {type(grammar).__name__}")
     return GrammarConstraint(grammar)
+
 
 # %% ../nbs/05b_grammars.ipynb #gc000045
 from .sampling import register_constraint

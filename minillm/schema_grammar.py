@@ -8,8 +8,9 @@ import functools, json, re, time
 from fastcore.basics import patch
 from .constrained import Constraint, JSON_UNSAFE, STRING_CHAR, _NFA, _negate, _norm, _minus, utf8_sequences
 from .grammars import Grammar, GrammarConstraint
-from .json_schema import (TYPES, KEYWORDS, SUPPORTED, REFUSED, _Empty, _jkey, _norm_schema, _types, _merge, _resolve, _disjoint,
+from .json_schema import (TYPES, KEYWORDS, SUPPORTED, REFUSED, _Empty, _jkey, _vkey, _norm_schema, _types, _merge, _resolve, _disjoint,
                                  _number_regex, _string_regex, schema_to_regex)
+
 
 # %% auto #0
 __all__ = ['GRAMMAR_KEYWORDS', 'GRAMMAR_REFUSED', 'schema_to_grammar', 'json_schema_constraint']
@@ -39,14 +40,16 @@ class _RuleBuilder:
     def regex(self, pattern:str, name:str='regex') -> tuple:
         "A symbol for the strings of `pattern` (the regex dialect of chapter 05a; inside a `(?P<_json>...)` group only raw JSON-string characters and Python's Unicode classes, as in `regex_to_dfa`). Counted repetitions become counters."
         if pattern not in self._rx:
-            from re import _parser
+            try: from re import _parser
+            except ImportError: import sre_parse as _parser          # Python 3.10 names it sre_parse
             n = iter(range(1 << 30))
             tree = _parser.parse(re.sub(r'\(\?P<_json\d*>', lambda m: f"(?P<_json{next(n)}>", pattern))
             nfa = _NFA(i for k, i in tree.state.groupdict.items() if k.startswith('_json'))   # only for its classes (_set)
             self._rx[pattern] = self.ref(name, [self._seq(list(tree), nfa, pattern, name)])
         return self._rx[pattern]
     def _seq(self, items, nfa, pattern, name) -> list:
-        from re import _constants as C
+        try: from re import _constants as C
+        except ImportError: import sre_constants as C            # Python 3.10 names it sre_constants
         out = []
         for op, av in items:
             if op is C.LITERAL: rs = [(av, av)]
@@ -68,6 +71,7 @@ class _RuleBuilder:
             else: raise ValueError(f"regex {pattern!r}: {str(op).lower()} is not supported")
             out.append(self.chars(_minus(rs, JSON_UNSAFE) if nfa.safe else rs))
         return out
+
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000011
 GRAMMAR_KEYWORDS = {'patternProperties', 'propertyNames'}          # constraining keywords the grammar path adds to the regex path's SUPPORTED
@@ -201,7 +205,7 @@ def enum(self:_SchemaGrammar, s:dict) -> list:
     "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema`), each a literal."
     vals = [s['const']] if 'const' in s else s['enum']
     if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-    if 'const' in s and 'enum' in s: vals = [v for v in vals if _jkey(v) in {_jkey(x) for x in s['enum']}]
+    if 'const' in s and 'enum' in s: vals = [v for v in vals if _vkey(v) in {_vkey(x) for x in s['enum']}]
     rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
     if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
     elif rest:
@@ -210,6 +214,7 @@ def enum(self:_SchemaGrammar, s:dict) -> list:
         vals = [v for v in vals if jsonschema.Draft202012Validator(check).is_valid(v)]
     if not vals: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
     return [self.b.lit(t) for t in dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in vals)]
+
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000012
 def _count(s:dict, lo_k:str, hi_k:str) -> tuple[int, int|None]:
@@ -294,7 +299,7 @@ def object(self:_SchemaGrammar, s:dict) -> list:
         for p in pp:
             try: pairs.append((b.regex(_string_regex({'pattern': p}), 'key'), self.sym({'allOf': list(pp.values())} if len(pp) > 1 else pp[p])))
             except _Empty: pass
-    elif addl is False or hi == 0: pairs = []
+    elif addl is False or hi == 0 or pn is False: pairs = []          # propertyNames false: no name is allowed, {} is the only object
     else:
         key = b.regex('"' + STRING_CHAR + '*"', 'key') if pn is True else self.sym({'allOf': [pn, {'type': 'string'}]})
         pairs = [(key, self.any_value() if addl is True else self.sym(addl))]
@@ -304,6 +309,7 @@ def object(self:_SchemaGrammar, s:dict) -> list:
     kv = b.ref('member', [[k] + b.lit(':') + w + [v] for k, v in pairs])
     body = [kv, ('n', b.rule('members', [sep + [kv]]), 0, None if hi is None else hi - 1)]
     return b.lit('{') + w + (body if lo >= 1 else [('r', b.rule('members', [body, []]))]) + w + b.lit('}')
+
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000012-s2
 @patch
@@ -335,8 +341,9 @@ def _listed(self:_SchemaGrammar, props:dict, req:list, lo:int, hi:int|None) -> l
             memo[i, n, first] = None if not alts else alts[0] if len(alts) == 1 else [('r', b.rule('props', alts))]
         return memo[i, n, first]
     body = seq(0, 0, True)
-    if body is None: raise _Empty(f"JSON schema: no object satisfies the property counts of {s}")
+    if body is None: raise _Empty(f"JSON schema: no object with the properties {keys} has between {lo} and {hi} of them")
     return b.lit('{') + w + body + w + b.lit('}')
+
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000013
 def _reachable(g:Grammar) -> Grammar:
@@ -370,7 +377,15 @@ def _schema_cached(key:str, path:str):
     if path == 'regex': c = Constraint(schema_to_regex(schema), 'json_schema', schema)
     else:
         t0 = time.perf_counter()
-        c = GrammarConstraint(schema_to_grammar(schema), 'json_schema', schema)
+        g = schema_to_grammar(schema)
+        try: c = GrammarConstraint(g, 'json_schema', schema)
+        except ValueError as e:                                  # 05b's checks speak of rules: say it in the schema's terms
+            if 'left-recursive' in str(e): raise ValueError("JSON schema: a $ref leads back to the same schema before anything is written "
+                                                            "(as in anyOf [{$ref: '#'}, ...]); such a value would nest without end, so it is not supported") from None
+            if 'can never finish' in str(e): raise ValueError("JSON schema: no finite value satisfies it: every way through the schema "
+                                                              "needs the same schema again (a required property or item that refers back)") from None
+            raise
         c.compile_time = time.perf_counter() - t0
     c.path = path
     return c
+
