@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_parallel.ipynb #pp-imports
 from __future__ import annotations
-import os, sys, json, time, pickle, socket, subprocess, traceback, datetime
+import os, sys, json, time, pickle, socket, weakref, contextlib, subprocess, traceback, datetime
 from dataclasses import replace
 from pathlib import Path
 import torch
@@ -12,9 +12,10 @@ import torch.nn.functional as F
 import torch.distributed as dist
 from .model import ModelConfig, Transformer
 from .weights import LLM, ModelLoadError, hf_config, default_model
+from .batching import is_batch, batch_params
 
 # %% auto #0
-__all__ = ['make_group', 'Comm', 'load_config', 'save_model_folder', 'ReplicaPool']
+__all__ = ['make_group', 'Comm', 'load_config', 'save_model_folder', 'ReplicaPool', 'pipeline_bench']
 
 # %% ../nbs/12_parallel.ipynb #pp-procs
 def _put(conn, obj):
@@ -54,18 +55,21 @@ def _spawn_workers(N:int, kw:dict, timeout:float):
     import minillm
     if not isinstance(kw.get('target'), str) or not kw['target']:
         raise ValueError(f"the workers' settings must name the function they run as target='module:function' (or a function of minillm.parallel), got {kw.get('target')!r}")
+    try: settings = pickle.dumps(kw, protocol=pickle.HIGHEST_PROTOCOL)  # checked before any process starts
+    except Exception as e:
+        raise ValueError(f"the workers' settings must be picklable (they are sent to other processes); {type(e).__name__}: {e}") from None
     key = os.urandom(16)
     root = str(Path(minillm.__file__).resolve().parent.parent)            # the minillm being run here, also in the workers
-    procs, conns = [], []
+    procs, by_rank = [], {}
     with Listener(('127.0.0.1', 0), authkey=key) as lis:
-        lis._listener._socket.settimeout(0.5)
-        for r in range(1, N):
-            env = dict(os.environ, MINILLM_TP_HOST='127.0.0.1', MINILLM_TP_PORT=str(lis.address[1]), MINILLM_TP_RANK=str(r),
-                       MINILLM_TP_KEY=key.hex(), PYTHONPATH=os.pathsep.join([root] + [x for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x]))
-            procs.append(_Proc(subprocess.Popen([sys.executable, '-c', 'from minillm.parallel import _worker_entry; _worker_entry()'],
-                                                env=env, stdin=subprocess.DEVNULL)))
-        by_rank, deadline = {}, time.monotonic() + timeout
+        lis._listener._socket.settimeout(0.5)                              # a private attribute: accept() that wakes up to check on the workers
         try:
+            for r in range(1, N):
+                env = dict(os.environ, MINILLM_TP_HOST='127.0.0.1', MINILLM_TP_PORT=str(lis.address[1]), MINILLM_TP_RANK=str(r),
+                           MINILLM_TP_KEY=key.hex(), PYTHONPATH=os.pathsep.join([root] + [x for x in os.environ.get('PYTHONPATH', '').split(os.pathsep) if x]))
+                procs.append(_Proc(subprocess.Popen([sys.executable, '-c', 'from minillm.parallel import _worker_entry; _worker_entry()'],
+                                                    env=env, stdin=subprocess.DEVNULL)))
+            deadline = time.monotonic() + timeout
             while len(by_rank) < N - 1:
                 try: c = lis.accept()
                 except (socket.timeout, TimeoutError):
@@ -74,31 +78,39 @@ def _spawn_workers(N:int, kw:dict, timeout:float):
                     if time.monotonic() > deadline: raise RuntimeError(f"workers did not connect within {timeout} s")
                     continue
                 by_rank[_get(c)] = c
+            conns = [by_rank[r] for r in range(1, N)]
+            for r, c in enumerate(conns, 1):
+                try: c.send_bytes(settings)
+                except OSError as e: raise RuntimeError(f"worker rank {r} went away before it received its settings ({e!r})") from None
         except BaseException:
-            _shutdown(procs, list(by_rank.values()), 0.5); raise
-    conns = [by_rank[r] for r in range(1, N)]
-    for c in conns: _put(c, kw)
+            _shutdown(procs, list(by_rank.values()), 0.5); raise            # every process started so far, whatever failed
     return procs, conns
 
 def _free_port() -> int:
+    "A TCP port free at this moment (another process could take it before the store binds it: a small race that a retry would cover)."
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
 
 # %% ../nbs/12_parallel.ipynb #pp-await
-def _await(procs, conns, what:str, timeout:float):
-    "Wait until every worker has said `what`; a worker that reports an error or dies raises a RuntimeError at once."
-    deadline, got = time.monotonic() + timeout, set()
+class _WorkerFailed(RuntimeError):
+    "A worker process reported an error or died; the message names its rank."
+
+def _await(procs, conns, what:str, timeout:float) -> list:
+    "Wait until every worker has said `what`; return what each sent with it (rank order). A worker that reports an error or dies raises a RuntimeError at once, naming its rank."
+    deadline, got = time.monotonic() + timeout, {}
     while len(got) < len(conns):
         for r, (p, c) in enumerate(zip(procs, conns), 1):
             if r in got: continue
             if c.poll(0.05):
                 try: m = _get(c)
-                except EOFError: m = ('error', f"rank {r}: exited (code {p.exitcode}) while starting")
-                if m[0] == 'error': raise RuntimeError(f"worker failed while starting: {m[1].strip()}")
-                if m[0] == what: got.add(r)
+                except (EOFError, OSError):
+                    p.join(1); raise _WorkerFailed(f"worker rank {r} exited (code {p.exitcode}) before it said {what!r}") from None
+                if m[0] == 'error': raise _WorkerFailed(f"worker rank {r} failed before it said {what!r}: {m[1].strip().removeprefix(f'rank {r}: ')}")
+                if m[0] == what: got[r] = m[1]
             elif not p.is_alive() and not c.poll(0):
-                raise RuntimeError(f"worker rank {r} died while starting (exit code {p.exitcode})")
-        if time.monotonic() > deadline: raise RuntimeError(f"workers did not become {what!r} within {timeout} s")
+                raise _WorkerFailed(f"worker rank {r} died before it said {what!r} (exit code {p.exitcode})")
+        if time.monotonic() > deadline: raise RuntimeError(f"workers did not say {what!r} within {timeout} s")
+    return [got[r] for r in range(1, len(conns) + 1)]
 
 def _shutdown(procs, conns, timeout:float=5.0):
     "Ask every worker to stop, then terminate and kill what is left; reap them all."
@@ -124,8 +136,8 @@ def make_group(backend:str, rank:int, size:int, port:int, timeout:float=60.0, st
     td = datetime.timedelta(seconds=timeout)
     if store is None: store = dist.TCPStore('127.0.0.1', port, size, rank == 0, timeout=td)
     if backend == 'gloo':
-        opts = dist.ProcessGroupGloo._Options()
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname='127.0.0.1')]
+        opts = dist.ProcessGroupGloo._Options()                          # private names of torch 2.x: the public init_process_group
+        opts._devices = [dist.ProcessGroupGloo.create_device(hostname='127.0.0.1')]   # builds these too, but only as the one global group
         opts._timeout = td
         return dist.ProcessGroupGloo(store, rank, size, opts)
     opts = dist.ProcessGroupNCCL.Options()
@@ -133,13 +145,13 @@ def make_group(backend:str, rank:int, size:int, port:int, timeout:float=60.0, st
     return dist.ProcessGroupNCCL(store, rank, size, opts)
 
 class Comm:
-    "The two collectives tensor parallelism needs, on one process group: a sum all-reduce (in place) and a gather along a dimension."
+    "The two collectives tensor parallelism needs, on one process group: a sum all-reduce and a gather along a dimension."
     def __init__(self, pg, rank:int, size:int):
         self.pg, self.rank, self.size = pg, rank, size
         self.calls, self.bytes = 0, 0                                      # counters: collectives run and bytes each rank contributed
 
     def all_reduce(self, t:torch.Tensor) -> torch.Tensor:
-        "Sum `t` over all ranks, in place; every rank gets the sum."
+        "Sum `t` over all ranks; every rank gets the sum, returned (written into `t` itself only when `t` is contiguous: use the result)."
         if self.size > 1:
             t = t.contiguous()
             self.pg.allreduce([t]).wait()
@@ -194,7 +206,7 @@ def save_model_folder(folder, cfg:ModelConfig, sd:dict|None=None, seed:int=0, to
 
 # %% ../nbs/12_parallel.ipynb #pp-dp
 def _replica_worker(rank, path, threads, engine_kw, conn, **_):
-    "A data-parallel replica: a whole model and an `Engine`; serves every batch of requests the dispatcher sends."
+    "A data-parallel replica: a whole model and an `Engine`; serves every share of requests the dispatcher sends, and answers a share its Engine refuses with the refusal."
     try:
         torch.set_num_threads(threads)
         from minillm.engine import Engine
@@ -204,12 +216,18 @@ def _replica_worker(rank, path, threads, engine_kw, conn, **_):
         while True:
             msg = _get(conn)
             if msg[0] == 'stop': break
-            prompts, kw = msg[1]
+            prompts, params = msg[1]
             t0 = time.perf_counter()
-            outs = eng.generate(prompts, **kw)
-            _put(conn, ('done', ([(g.token_ids, g.text) for g in outs], time.perf_counter() - t0)))
+            try: outs = eng.generate(prompts, params)
+            except ValueError as e:
+                if eng.has_unfinished(): raise                             # refused after some requests went in: this Engine's state is unknown
+                _put(conn, ('refused', f"{type(e).__name__}: {e}")); continue   # checked before anything was submitted: serve on
+            res = [[(g.token_ids, g.text) for g in o] if isinstance(o, list) else (o.token_ids, o.text) for o in outs]
+            _put(conn, ('done', (res, time.perf_counter() - t0)))
     except BaseException:
-        _put(conn, ('error', traceback.format_exc())); os._exit(1)
+        try: _put(conn, ('error', traceback.format_exc()))
+        except Exception: pass
+        os._exit(1)
 
 class ReplicaPool:
     "Data parallelism: `replicas` worker processes, each with the whole model and an Engine; `generate` deals the requests out and gathers the results in order."
@@ -217,26 +235,56 @@ class ReplicaPool:
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1: raise ValueError(f"replicas must be an integer >= 1, got {replicas!r}")
         p, _ = _resolve(path)
         kw = dict(target='_replica_worker', path=str(p), threads=threads, engine_kw=engine_kw)
+        self.error = None
         self.procs, self.conns = _spawn_workers(replicas + 1, kw, timeout)    # ranks 1..replicas; the dispatcher is no replica
+        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns)   # a pool dropped without close(): its replicas still stop
         try: _await(self.procs, self.conns, 'ready', timeout)
         except BaseException:
             self.close(); raise                                            # a replica that failed to start: stop the others too
 
-    def generate(self, prompts:list, **kw) -> list[tuple[list[int], str]]:
-        "Token ids and text of each prompt, served by the replicas in parallel (prompt i goes to replica i mod R)."
-        R = len(self.conns)
-        for r, c in enumerate(self.conns): _put(c, ('generate', (prompts[r::R], kw)))
-        parts = []
-        for c in self.conns:
-            m = _get(c)
-            if m[0] == 'error': raise RuntimeError(f"replica failed: {m[1]}")
-            parts.append(m[1][0])
+    def _fail(self, reason:str):
+        "Stop every replica and raise a RuntimeError saying which one failed; the pool refuses every later call."
+        self.error = reason
+        self.close()
+        raise RuntimeError(f"ReplicaPool: {reason}; every replica was stopped")
+
+    def _answer(self, r:int):
+        "Replica r's answer to its share; a replica that dies or reports a crash stops the pool."
+        p, c = self.procs[r], self.conns[r]
+        while True:
+            if c.poll(0.05):
+                try: m = _get(c)
+                except (EOFError, OSError): break
+                if m[0] == 'error': self._fail(f"replica {r} (pid {p.pid}) crashed: {m[1].strip()}")
+                return m
+            if not p.is_alive() and not c.poll(0): break
+        p.join(1)
+        self._fail(f"replica {r} (pid {p.pid}) died with exit code {p.exitcode}")
+
+    def generate(self, prompts, params=None, **kw):
+        """Token ids and text of each prompt (with `n` > 1, a list of `n` of them), served by the replicas in parallel: prompt i goes to
+        replica i mod R. One prompt (not in a list) gives one result. A request a replica refuses raises its ValueError; the pool serves on."""
+        if self.error is not None: raise RuntimeError(f"this ReplicaPool was shut down after a failure: {self.error}")
+        if not self.conns: raise RuntimeError("this ReplicaPool was closed; start a new one")
+        if isinstance(prompts, (list, tuple)) and len(prompts) == 0: return []
+        one = not is_batch(prompts)
+        if one: prompts = [prompts]
+        plist = batch_params(len(prompts), params, **kw)                  # bad settings are refused here, before any replica sees them
+        R = min(len(self.conns), len(prompts))                           # fewer prompts than replicas: the rest stay idle
+        msgs = [pickle.dumps(('generate', (list(prompts[r::R]), plist[r::R])), protocol=pickle.HIGHEST_PROTOCOL) for r in range(R)]
+        for r in range(R):
+            try: self.conns[r].send_bytes(msgs[r])
+            except OSError: self._answer(r)                                # its pipe is gone: it died, say so
+        answers = [self._answer(r) for r in range(R)]                    # every answer is read, so none is left for the next call
+        refused = [f"replica {r} refused its share: {m[1]}" for r, m in enumerate(answers) if m[0] == 'refused']
+        if refused: raise ValueError('; '.join(refused))
         out = [None] * len(prompts)
-        for r, part in enumerate(parts): out[r::R] = part
-        return out
+        for r, m in enumerate(answers): out[r::R] = m[1][0]
+        return out[0] if one else out
 
     def close(self):
-        _shutdown(self.procs, self.conns)
+        "Stop and reap every replica. Safe to call twice."
+        self._finalizer()
         self.procs, self.conns = [], []
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -248,25 +296,41 @@ def _stage_model(path, rank:int, size:int):
     cfg = load_config(p)
     if cfg.n_layers % size: raise ValueError(f"pipeline: {cfg.n_layers} layers do not split into {size} equal stages")
     per = cfg.n_layers // size
-    lo, hi = rank * per, (rank + 1) * per
-    from safetensors import safe_open
+    lo, hi, last = rank * per, (rank + 1) * per, rank == size - 1
+    embeds = rank == 0 or (last and cfg.tie_embeddings)                   # the last stage scores with the tied embedding
+    def mine(name:str):
+        "This stage's name for weight `name` (our names), or None when another stage holds it."
+        if name.startswith('layers.'):
+            i = int(name.split('.')[1])
+            return f"layers.{i - lo}." + name.split('.', 2)[2] if lo <= i < hi else None
+        if name.startswith('embed_tokens'): return name if embeds else None
+        return name if name.startswith(('norm', 'lm_head')) and last else None
     sd = {}
-    for f in sorted(p.glob('*.safetensors')):
-        with safe_open(f, framework='pt') as h:
-            for k in h.keys():
-                name = k.removeprefix('model.')
-                if name.startswith('layers.'):
-                    i = int(name.split('.')[1])
-                    if lo <= i < hi: sd[f"layers.{i - lo}." + name.split('.', 2)[2]] = h.get_tensor(k)
-                elif (name.startswith('embed_tokens') and (rank == 0 or (rank == size - 1 and cfg.tie_embeddings))) or \
-                     (name.startswith(('norm', 'lm_head')) and rank == size - 1): sd[name] = h.get_tensor(k)
+    files = sorted(p.glob('*.safetensors')) if p.is_dir() else []
+    if files:                                                              # safetensors: read only this stage's tensors
+        from safetensors import safe_open
+        for f in files:
+            with safe_open(f, framework='pt') as h:
+                for k in h.keys():
+                    if (n := mine(k.removeprefix('model.'))): sd[n] = h.get_tensor(k)
+    else:                                                                  # a .gguf file or pytorch_model.bin: read whole, keep this stage's part
+        from minillm.weights import hf_state_dict, _read_gguf, gguf_state_dict
+        full = hf_state_dict(p) if p.is_dir() else gguf_state_dict(_read_gguf(p), cfg, False)
+        sd = {n: v for k, v in full.items() if (n := mine(k))}
+        del full
     with torch.device('meta'): m = Transformer(replace(cfg, n_layers=per))
+    if not embeds: m.embed_tokens = None                                   # what this stage does not run, it does not hold
+    if not last: m.norm = m.lm_head = None
     m.load_state_dict(sd, assign=True, strict=False)
+    left = [n for n, t in [*m.named_parameters(), *m.named_buffers()] if t.is_meta]
+    if left: raise ModelLoadError(f"pipeline stage {rank} of {size}: {p} has no weights for {', '.join(left[:4])}" + (' ...' if len(left) > 4 else ''))
     return m.eval().requires_grad_(False), cfg
 
 def _pipeline_run(comm:Comm, model, cfg, rank:int, size:int, batch:int, seq:int, micro:int, reps:int) -> dict:
-    "GPipe-style forward passes of a `batch` x `seq` prefill cut into `micro` micro-batches; this stage's busy seconds and the wall time (best of `reps`)."
+    """GPipe-style forward passes of a `batch` x `seq` prefill cut into `micro` micro-batches: this stage's busy seconds and the wall time
+    of its fastest pass of `reps` + 1 (the first pass also warms up)."""
     from minillm.model import rope_tables
+    if batch % micro: raise ValueError(f"pipeline: batch {batch} does not split into {micro} micro-batches")
     mb = batch // micro
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
     pos = torch.arange(seq)[None].expand(mb, seq)
@@ -287,22 +351,79 @@ def _pipeline_run(comm:Comm, model, cfg, rank:int, size:int, batch:int, seq:int,
                 busy += time.perf_counter() - t1
                 if rank < size - 1: sends.append(comm.pg.send([x.contiguous()], rank + 1, i))
             for w in sends: w.wait()
-            t = torch.tensor([time.perf_counter() - t0])
             comm.all_reduce(torch.zeros(1))                                # the last stage finishes last: wall = until everyone is done
             wall = time.perf_counter() - t0
             if best is None or wall < best['wall']: best = dict(wall=wall, busy=busy)
     return best
 
-# %% ../nbs/12_parallel.ipynb #pp-moved
-_MOVED = ('split_columns', 'split_rows', 'check_tp_size', 'shard_config', 'shard_slices', 'shard_of', 'RowParallelLinear',
-          'VocabParallelEmbedding', 'VocabParallelHead', 'build_shard', 'ship', 'unship', 'storages_of', 'load_shard_weights',
-          'TPDriver', 'LayerStack', 'ParallelLLM', 'load_tensor_parallel',            # chapter 12a's names (minillm.tensor_parallel.__all__)
-          '_KIND', '_full_shape', '_Buffers', '_ShipPickler', '_ShipUnpickler', '_local_storages', '_bind', '_tokenizer', '_worker_main',
-          '_DRIVERS', '_Announce', '_driver_of', '_mirror', '_check_tp_value', '_apply_tp')   # and its private helpers
+# %% ../nbs/12_parallel.ipynb #pp-bench
+def _worker_errors(procs, conns, wait:float=2.0) -> str:
+    "The tracebacks (or exit codes) of the workers that failed, waiting up to `wait` s for them to arrive; '' when none failed."
+    deadline, notes = time.monotonic() + wait, {}
+    while True:
+        for r, (p, c) in enumerate(zip(procs, conns), 1):
+            try:
+                while r not in notes and c.poll(0):
+                    m = _get(c)
+                    if m[0] == 'error': notes[r] = f"worker rank {r} failed: {m[1].strip()}"
+            except (EOFError, OSError): pass
+            if r not in notes and not p.is_alive(): notes[r] = f"worker rank {r} died with exit code {p.exitcode}"
+        if notes or time.monotonic() > deadline: return '\n'.join(notes[r] for r in sorted(notes))
+        time.sleep(0.05)
 
-def __getattr__(name:str):
-    "A name that moved to chapter 12a (`minillm.tensor_parallel`): import that module on first use and return its object."
-    if name in _MOVED:
-        import minillm.tensor_parallel
-        return getattr(minillm.tensor_parallel, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+@contextlib.contextmanager
+def _with_workers(N:int, kw:dict, timeout:float=120.0):
+    """Run `kw['target']` on ranks 1..N-1 (worker processes) while the caller runs rank 0 in the block, which receives (store, port, procs,
+    conns): the `TCPStore` rank 0 hosts, its port, the workers and a pipe to each. The workers are reaped when the block ends; an error in
+    the block is raised with the traceback of the worker that failed, if one did."""
+    port = _free_port()
+    store = dist.TCPStore('127.0.0.1', port, N, True, timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
+    procs, conns = [], []
+    try:
+        procs, conns = _spawn_workers(N, dict(kw, size=N, port=port), timeout)
+        try: yield store, port, procs, conns
+        except _WorkerFailed: raise                                        # it already names the worker and quotes its traceback
+        except Exception as e:
+            why = _worker_errors(procs, conns)
+            if why: raise RuntimeError(f"{why}\n(rank 0 then saw {type(e).__name__}: {str(e).strip()[:300]})") from e
+            raise
+    finally:
+        _shutdown(procs, conns, 5.0)
+        del store
+
+def _pipeline_worker(rank, size, port, path, batch, seq, micros, reps, backend, timeout, threads, conn):
+    "Stage `rank` of `pipeline_bench`: load its layers, say so, join the group, run the schedule for each m and send the times."
+    try:
+        torch.set_num_threads(threads)
+        model, cfg = _stage_model(path, rank, size)
+        _put(conn, ('loaded', rank))
+        comm = Comm(make_group(backend, rank, size, port, timeout), rank, size)
+        _put(conn, ('done', {m: _pipeline_run(comm, model, cfg, rank, size, batch, seq, m, reps) for m in micros}))
+    except BaseException:
+        try: _put(conn, ('error', traceback.format_exc()))
+        except Exception: pass
+        os._exit(1)
+
+def pipeline_bench(path=None, stages:int=2, batch:int=8, seq:int=32, micros=(1, 2, 4, 8), reps:int=2, timeout:float=120.0) -> dict:
+    """Split the layers of a model over `stages` processes (this one is stage 0) and run a `batch` x `seq` prefill through them cut into
+    m micro-batches, for each m in `micros`. Per m: the wall time (the slowest stage's), each stage's busy time (each stage's fastest pass,
+    measured on its own), the measured bubble 1 - mean busy / wall, and the ideal bubble (p - 1)/(m + p - 1)."""
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
+    for m in micros:
+        if batch % m: raise ValueError(f"pipeline_bench: batch {batch} does not split into {m} micro-batches")
+    p, _ = _resolve(path)
+    kw = dict(target='_pipeline_worker', path=str(p), batch=batch, seq=seq, micros=list(micros), reps=reps, backend='gloo',
+              timeout=timeout, threads=torch.get_num_threads())
+    with _with_workers(stages, kw, timeout) as (store, port, procs, conns):
+        model, cfg = _stage_model(p, 0, stages)
+        _await(procs, conns, 'loaded', timeout)                            # a stage that cannot load is named now, not when a collective times out
+        comm = Comm(make_group('gloo', 0, stages, port, timeout, store), 0, stages)
+        mine = {m: _pipeline_run(comm, model, cfg, 0, stages, batch, seq, m, reps) for m in micros}
+        others = _await(procs, conns, 'done', timeout)
+    out = {}
+    for m in micros:
+        walls = [mine[m]['wall']] + [o[m]['wall'] for o in others]
+        busy = [mine[m]['busy']] + [o[m]['busy'] for o in others]
+        wall = max(walls)
+        out[m] = dict(wall=wall, busy=busy, bubble=1 - sum(busy) / len(busy) / wall, ideal=(stages - 1) / (m + stages - 1))
+    return out

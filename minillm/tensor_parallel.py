@@ -16,12 +16,13 @@ from .model import ModelConfig, Transformer, Block
 from .weights import LLM, ModelLoadError, hf_tokenizer, register_load_option
 from .kvcache import KVCache
 from .batching import PagedKVCache
-from .parallel import make_group, Comm, _put, _get, _spawn_workers, _free_port, _await, _shutdown, _resolve, load_config
+from .parallel import make_group, Comm, _put, _get, _spawn_workers, _free_port, _await, _shutdown, _resolve, load_config, _with_workers
 
 # %% auto #0
 __all__ = ['split_columns', 'split_rows', 'check_tp_size', 'shard_config', 'shard_slices', 'shard_of', 'RowParallelLinear',
            'VocabParallelEmbedding', 'VocabParallelHead', 'build_shard', 'ship', 'unship', 'storages_of',
-           'load_shard_weights', 'TPDriver', 'LayerStack', 'ParallelLLM', 'load_tensor_parallel']
+           'load_shard_weights', 'TPDriver', 'LayerStack', 'ParallelLLM', 'load_tensor_parallel', 'dtensor_mlp',
+           'allreduce_times']
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-split
 def split_columns(W:torch.Tensor, n:int) -> list[torch.Tensor]:
@@ -92,7 +93,7 @@ class VocabParallelEmbedding(nn.Module):
         return self.comm.all_reduce(x)
 
 class VocabParallelHead(nn.Module):
-    "The output layer split by vocabulary rows (tied to the embedding's shard when the model ties them): each rank scores its slice, a gather joins them."
+    "The output layer split by vocabulary rows (tied to the embedding's shard when the model ties them): each rank scores its slice, an all-gather joins them on every rank."
     def __init__(self, weight:torch.Tensor, comm:Comm):
         super().__init__()
         self.weight, self.comm = weight, comm                              # a plain attribute: it may be the embedding's Parameter
@@ -262,12 +263,17 @@ def _tokenizer(path):
     return Tokenizer(tk_, **settings)
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-worker
+def _rank_device(device, rank:int) -> torch.device:
+    "Where rank `rank` runs: on GPUs, GPU number `rank` (the ranks need one each, whichever GPU `device` names); otherwise `device` itself."
+    dev = torch.device(device)
+    return torch.device('cuda', rank) if dev.type == 'cuda' else dev
+
 def _worker_main(rank:int, size:int, port:int, path:str, dtype, device:str, backend:str, timeout:float, threads:int, conn, rope_scaling=None):
     "A tensor-parallel worker: load this rank's shard, join the group, then run every step the driver announces until told to stop."
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     try:
         torch.set_num_threads(threads)
-        dev = torch.device(device if device != 'cuda' else f'cuda:{rank}')
+        dev = _rank_device(device, rank)
         if dev.type == 'cuda': torch.cuda.set_device(dev)
         cfg, sd = load_shard_weights(path, rank, size, rope_scaling)
         _put(conn, ('loaded', rank))
@@ -283,23 +289,27 @@ def _worker_main(rank:int, size:int, port:int, path:str, dtype, device:str, back
                 held = None
                 for uid in frees: store.pop(uid, None)
                 if op == 'stop': break
-                if op == 'embed': x = model.embed_tokens(payload.to(dev))
-                elif op == 'layers':
-                    x_in, cos, sin, mask, cache_data = payload
-                    if x_in is not None: x = x_in.to(dev)
-                    cache = None if cache_data is None else unship(cache_data, store, dev)[0]
-                    cos, sin = cos.to(dev), sin.to(dev)
-                    if isinstance(mask, torch.Tensor): mask = mask.to(dev)
-                    for blk in model.layers: x = blk(x, cos, sin, cache, mask)
-                    held = cache
-                elif op == 'head': model.lm_head(payload.to(dev))
-                elif op == 'call':
-                    data, name, args_data = payload
-                    obj, _ = unship(data, store, dev)
-                    (args, kw), _ = unship(args_data, store, dev)
-                    held = (obj, getattr(type(obj), name)(obj, *args, **kw))
-                elif op == 'stats': _put(conn, ('stats', dict(calls=comm.calls, bytes=comm.bytes)))
-                else: raise RuntimeError(f"unknown command {op!r}")
+                try:
+                    if op == 'embed': x = model.embed_tokens(payload.to(dev))
+                    elif op == 'layers':
+                        x_in, cos, sin, mask, cache_data = payload
+                        if x_in is not None: x = x_in.to(dev)
+                        cache = None if cache_data is None else unship(cache_data, store, dev)[0]
+                        cos, sin = cos.to(dev), sin.to(dev)
+                        if isinstance(mask, torch.Tensor): mask = mask.to(dev)
+                        for blk in model.layers: x = blk(x, cos, sin, cache, mask)
+                        held = cache
+                    elif op == 'head': model.lm_head(payload.to(dev))
+                    elif op == 'call':
+                        data, name, args_data = payload
+                        obj, _ = unship(data, store, dev)
+                        (args, kw), _ = unship(args_data, store, dev)
+                        held = (obj, getattr(type(obj), name)(obj, *args, **kw))
+                    elif op == 'stats': _put(conn, ('stats', dict(calls=comm.calls, bytes=comm.bytes)))
+                    else: raise RuntimeError(f"unknown command {op!r}")
+                except ValueError as e:                                    # a refused step: the driver raises the same error at the same point
+                    held = None
+                    _put(conn, ('refused', f"rank {rank}: {type(e).__name__}: {e}"))
         _put(conn, ('stopped', rank))
     except BaseException:
         try: _put(conn, ('error', f"rank {rank}: " + traceback.format_exc()))
@@ -313,8 +323,9 @@ _DRIVERS = weakref.WeakSet()
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s1
 class TPDriver:
     "Owns the worker processes and the pipes to them; announces each step so that every rank runs it with the driver (rank 0)."
-    def __init__(self, procs, conns, comm, store):
+    def __init__(self, procs, conns, comm, store, vocab_size:int, timeout:float=60.0):
         self.procs, self.conns, self.comm, self.store = procs, conns, comm, store
+        self.vocab_size, self.timeout = vocab_size, timeout
         self.bufs = _Buffers(self._freed)
         self.frees, self.bind, self.last_x, self.error = [], None, None, None
         _DRIVERS.add(self)
@@ -340,6 +351,13 @@ class TPDriver:
             for c in self.conns: c.send_bytes(data)
         except (BrokenPipeError, ConnectionError, EOFError) as e: self.fail(f"lost the pipe to a worker ({e!r})")
 
+    def close(self, timeout:float=5.0):
+        "Stop and reap the workers (if still running) and drop rank 0's process group and store."
+        if not self.closed: _shutdown(self.procs, self.conns, timeout)
+        self.procs = self.conns = None
+        if self.comm is not None: self.comm.pg = None                    # the group's sockets go with the last reference
+        self.store = None
+
     def fail(self, reason):
         "Shut every worker down and raise a RuntimeError that says which rank failed and why."
         notes = []
@@ -347,18 +365,21 @@ class TPDriver:
             try:
                 while c.poll(0):
                     m = _get(c)
-                    if m[0] == 'error': notes.append(m[1].strip().splitlines()[-1] + f"  [{m[1].split(':')[0]}]")
+                    if m[0] in ('error', 'refused'): notes.append(m[1].strip().splitlines()[-1] + f"  [{m[1].split(':')[0]}]")
             except Exception: pass
         self.error = f"{reason}" + (("; " + "; ".join(notes)) if notes else '')
-        _shutdown(self.procs, self.conns, 0.5)
-        self.procs = self.conns = None
+        self.close(0.5)
         raise RuntimeError(f"tensor-parallel step failed: {self.error}")
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s1p
 @patch
 def guard(self:TPDriver, fn, *args):
-    "Run `fn` (this rank's part of a step, with its collectives); a collective that fails because a rank died becomes a clear error."
+    "Run `fn` (this rank's part of a step, with its collectives). A refused step (a ValueError) is raised once every worker refused it too; a collective that fails because a rank died becomes a clear error."
     try: return fn(*args)
+    except ValueError:
+        try: _await(self.procs, self.conns, 'refused', min(30.0, self.timeout))
+        except RuntimeError as e: self.fail(f"the driver refused a step that a worker did not ({e})")   # that worker waits in a collective
+        raise
     except RuntimeError as e:
         if self.error is not None or self.closed: raise
         time.sleep(0.2)                                                # let a dying worker's exit code and message arrive
@@ -371,7 +392,7 @@ def call(self:TPDriver, obj, orig, name, args, kw):
     data, _ = ship(obj, self.bufs)
     args_data, _ = ship((args, kw), self.bufs)
     self.send('call', (data, name, args_data))
-    res = orig(obj, *args, **kw)
+    res = self.guard(lambda: orig(obj, *args, **kw))                   # the same call on every rank: a refusal is refused everywhere
     self.bind = storages_of((obj, res), self.bufs)                    # new storages (a new cache) get their names on the workers
     return res
 
@@ -379,7 +400,9 @@ def call(self:TPDriver, obj, orig, name, args, kw):
 def stats(self:TPDriver) -> list[dict]:
     "Collectives run and bytes sent by each rank so far (driver first)."
     self.send('stats')
-    return [dict(calls=self.comm.calls, bytes=self.comm.bytes)] + [_get(c)[1] for c in self.conns]
+    try: got = _await(self.procs, self.conns, 'stats', self.timeout)
+    except RuntimeError as e: self.fail(str(e))
+    return [dict(calls=self.comm.calls, bytes=self.comm.bytes)] + got
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s2
 class _Announce(nn.Module):
@@ -391,6 +414,9 @@ class _Announce(nn.Module):
     weight = property(lambda self: self.mod.weight)
     def forward(self, x):
         drv = self._driver()
+        if self.op == 'embed' and x.numel() and (int(x.min()) < 0 or int(x.max()) >= drv.vocab_size):
+            bad = sorted({int(i) for i in x.flatten() if not 0 <= int(i) < drv.vocab_size})
+            raise ValueError(f"token ids must be in [0, {drv.vocab_size}), got {bad[:8]}")   # refused here, before any worker is told
         drv.send(self.op, x)
         out = drv.guard(self.mod, x)
         if self.op == 'embed': drv.last_x = out
@@ -460,9 +486,7 @@ class ParallelLLM(LLM):
     def close(self):
         "Stop and reap every worker process; the model cannot run afterwards. Safe to call twice."
         d = self.model.driver
-        if d is not None and not d.closed:
-            _shutdown(d.procs, d.conns)
-            d.procs = d.conns = None
+        if d is not None: d.close()
         self._finalizer.detach()
 
     def __enter__(self): return self
@@ -478,7 +502,8 @@ def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu'
                          backend:str|None=None, timeout:float=60.0, threads:int|None=None, start_timeout:float=300.0,
                          rope_scaling:dict|None=None) -> ParallelLLM:
     """Load a model split over `tensor_parallel_size` ranks: this process becomes rank 0 (it schedules and runs its shard), and N-1 worker
-    processes (spawned, owned by the returned `ParallelLLM`) load theirs. Use `with ... as llm:` or `llm.close()` to stop them."""
+    processes (spawned, owned by the returned `ParallelLLM`) load theirs. Use `with ... as llm:` or `llm.close()` to stop them. `threads`:
+    torch threads of each worker (default: this process's threads shared among the ranks); on GPUs rank r runs on GPU r."""
     p, name = _resolve(path)
     cfg = load_config(p)
     check_tp_size(cfg, tensor_parallel_size)
@@ -486,20 +511,18 @@ def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu'
     if dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.float16 for tensor parallelism, got {dtype!r}")
     if not isinstance(timeout, (int, float)) or timeout <= 0: raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    dev = torch.device(device)
+    dev = _rank_device(device, 0)
     backend = backend or ('nccl' if dev.type == 'cuda' else 'gloo')
-    if dev.type == 'cuda':
-        if torch.cuda.device_count() < tensor_parallel_size:
-            raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs one GPU per rank; {torch.cuda.device_count()} visible")
-        dev = torch.device('cuda:0')
-    threads = threads or torch.get_num_threads()
+    if dev.type == 'cuda' and torch.cuda.device_count() < tensor_parallel_size:
+        raise ValueError(f"tensor_parallel_size={tensor_parallel_size} needs one GPU per rank; {torch.cuda.device_count()} visible")
+    threads = threads or max(1, torch.get_num_threads() // tensor_parallel_size)
     N = tensor_parallel_size
     port = _free_port()
     store = dist.TCPStore("127.0.0.1", port, N, True, timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False) if N > 1 else None
     procs, conns = [], []
     try:
         if N > 1:
-            procs, conns = _spawn_workers(N, dict(target='minillm.tensor_parallel:_worker_main', size=N, port=port, path=str(p), dtype=str(dtype).split('.')[-1], device=device,
+            procs, conns = _spawn_workers(N, dict(target='minillm.tensor_parallel:_worker_main', size=N, port=port, path=str(p), dtype=str(dtype).split('.')[-1], device=str(dev),
                                                   backend=backend, timeout=timeout, threads=threads, rope_scaling=rope_scaling), start_timeout)
         cfg, sd = load_shard_weights(p, 0, N, rope_scaling)
         _await(procs, conns, 'loaded', start_timeout)
@@ -510,7 +533,7 @@ def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu'
     except BaseException:
         _shutdown(procs, conns, 1.0)
         raise
-    driver = TPDriver(procs, conns, comm, store)
+    driver = TPDriver(procs, conns, comm, store, cfg.vocab_size, timeout)
     model.embed_tokens = _Announce(model.embed_tokens, 'embed', driver)
     model.lm_head = _Announce(model.lm_head, 'head', driver)
     model.layers = nn.ModuleList([LayerStack(model.layers, driver)])
@@ -519,6 +542,8 @@ def load_tensor_parallel(path=None, tensor_parallel_size:int=2, device:str='cpu'
     llm._finalizer = weakref.finalize(llm, _shutdown, procs, conns, 1.0)  # forgotten close(): the workers still go at exit or garbage collection
     return llm
 
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-front-s3
 def _check_tp_value(value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"tensor_parallel_size must be an integer >= 1, got {value!r}")
@@ -534,3 +559,73 @@ def _apply_tp(llm:LLM, value:int, call) -> ParallelLLM:
 register_load_option('tensor_parallel_size', '12a', "split the model over N processes, tensor parallelism (`close()` or `with` stops them)",
                      default=1, check=_check_tp_value, apply=_apply_tp)
 
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-dtensor-lib
+def _dtensor_worker(rank, size, port, weights, x, conn, **_):
+    "Split a SwiGLU MLP with `parallelize_module` (ColwiseParallel for gate and up, RowwiseParallel for down) and return this rank's output and local shapes."
+    try:
+        torch.set_num_threads(1)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
+        dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank - 1, world_size=size - 1)
+        mesh = init_device_mesh('cpu', (size - 1,))
+        mlp = _SwiGLU(*weights)
+        parallelize_module(mlp, mesh, {'gate_proj': ColwiseParallel(), 'up_proj': ColwiseParallel(), 'down_proj': RowwiseParallel()})
+        with torch.no_grad(): y = mlp(x)
+        if hasattr(y, 'wait'): y = y.wait()                                 # the all-reduce runs asynchronously: wait for its result
+        shapes = {n: tuple(p.to_local().shape) for n, p in mlp.named_parameters()}
+        _put(conn, ('done', (y, shapes)))
+        dist.destroy_process_group()
+    except BaseException:
+        try: _put(conn, ('error', traceback.format_exc()))
+        except Exception: pass
+        os._exit(1)
+
+class _SwiGLU(nn.Module):
+    "Chapter 00's MLP with gate and up as two separate Linear layers (DTensor's plans split each layer on its own)."
+    def __init__(self, gate, up, down):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(w.shape[1], w.shape[0], bias=False) for w in (gate, up, down))
+        for lin, w in zip((self.gate_proj, self.up_proj, self.down_proj), (gate, up, down)): lin.weight = nn.Parameter(w.clone(), requires_grad=False)
+    def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+def dtensor_mlp(gate:torch.Tensor, up:torch.Tensor, down:torch.Tensor, x:torch.Tensor, ranks:int=2, timeout:float=120.0) -> tuple[torch.Tensor, dict]:
+    "Run the MLP on `x` split over `ranks` worker processes by `parallelize_module`; rank 0's output and the local weight shapes of each rank."
+    port = _free_port()
+    kw = dict(target='minillm.tensor_parallel:_dtensor_worker', size=ranks + 1, port=port, weights=(gate, up, down), x=x)
+    procs, conns = _spawn_workers(ranks + 1, kw, timeout)
+    try: outs = _await(procs, conns, 'done', timeout)                    # a worker that fails is named, with its traceback
+    finally: _shutdown(procs, conns, 5.0)
+    return outs[0][0], [o[1] for o in outs]
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-ar
+def _allreduce_loop(comm:Comm, sizes, reps:int) -> dict:
+    "Median seconds of an all-reduce of each size in `sizes` (bytes of float32), timed on this rank after a warm-up; sizes interleaved, so a busy moment hits all alike."
+    bufs = {n: torch.ones(max(1, n // 4)) for n in sizes}
+    ts = {n: [] for n in sizes}
+    for r in range(reps + 3):
+        for n, t in bufs.items():
+            t0 = time.perf_counter(); comm.all_reduce(t)
+            if r >= 3: ts[n].append(time.perf_counter() - t0)
+    return {n: sorted(v)[len(v) // 2] for n, v in ts.items()}
+
+def _allreduce_worker(rank, size, port, sizes, reps, backend, timeout, threads, conn):
+    "Rank `rank` of `allreduce_times`: join the group, run the timing loop, send the medians."
+    try:
+        torch.set_num_threads(threads)
+        comm = Comm(make_group(backend, rank, size, port, timeout), rank, size)
+        _put(conn, ('done', _allreduce_loop(comm, sizes, reps)))
+    except BaseException:
+        try: _put(conn, ('error', traceback.format_exc()))
+        except Exception: pass
+        os._exit(1)
+
+def allreduce_times(ranks:int, sizes=(2304, 36864, 589824), reps:int=50, backend:str='gloo', timeout:float=60.0) -> dict:
+    "Median seconds of one all-reduce of each size (bytes) among `ranks` processes on this machine (this process is rank 0)."
+    if ranks < 2: return {n: 0.0 for n in sizes}
+    kw = dict(target='minillm.tensor_parallel:_allreduce_worker', sizes=list(sizes), reps=reps, backend=backend, timeout=timeout, threads=torch.get_num_threads())
+    with _with_workers(ranks, kw, timeout) as (store, port, procs, conns):
+        comm = Comm(make_group(backend, 0, ranks, port, timeout, store), 0, ranks)
+        res = _allreduce_loop(comm, sizes, reps)
+        _await(procs, conns, 'done', timeout)                              # the workers' medians are not needed, but their failures are
+    return res
