@@ -50,10 +50,15 @@ def quantize_int8(x:torch.Tensor, dim:int=-1) -> tuple[torch.Tensor, torch.Tenso
     return q, scale
 
 # %% ../nbs/09_fast.ipynb #c993417f
+def _pad_for_cuda(a:torch.Tensor, b:torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    "`a (M, K)`, `b (K, N)` padded with zeros to what CUDA's `_int_mm` accepts: M > 16, K and N multiples of 8 (zeros add nothing to the sums)."
+    (M, K), N = a.shape, b.shape[1]
+    pm, pk, pn = max(17 - M, 0), -K % 8, -N % 8
+    return F.pad(a, (0, pk, 0, pm)), F.pad(b, (0, pn, 0, pk))
+
 def int_mm(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor:
-    "`a (M, K) int8 @ b (K, N) int8 -> (M, N) int32` through `torch._int_mm`; on CUDA rows are padded to 17 (its kernels need M > 16)."
-    M = a.shape[0]
-    if a.is_cuda and M <= 16: return torch._int_mm(F.pad(a, (0, 0, 0, 17 - M)), b)[:M]
+    "`a (M, K) int8 @ b (K, N) int8 -> (M, N) int32` through `torch._int_mm`; on CUDA, zeros pad the shapes its kernels need (M > 16, K and N multiples of 8)."
+    if a.is_cuda: return torch._int_mm(*_pad_for_cuda(a, b))[:a.shape[0], :b.shape[1]]
     return torch._int_mm(a, b)
 
 class Int8Linear(nn.Module):
@@ -182,21 +187,25 @@ def fake_quant(w:torch.Tensor, bits:int=8, group_size:int|None=None, symmetric:b
     s = ((hi - lo) / (2 ** bits - 1)).clamp(min=1e-12)                   # 2^bits levels from the minimum to the maximum
     return (((b - lo) / s).round().clamp(0, 2 ** bits - 1) * s + lo).reshape(w.shape).to(w.dtype)
 
-def _round_away(t): return t.sign() * (t.abs() + 0.5).floor()           # C's roundf: halves away from zero
+def _round_away(t):
+    "C's `roundf`, exactly: halves away from zero (`floor(|t| + 0.5)` is not it: 0.49999997 + 0.5 rounds up to 1.0 in float32)."
+    a = t.abs(); f = a.floor()
+    return t.sign() * (f + (a - f >= 0.5).to(t.dtype))                 # a - f is exact in float32
 def _f16(t): return t.half().float()                                    # GGUF stores block scales and minimums as float16
+def _reciprocal(d): return torch.where(d != 0, 1 / d, 0.)              # ggml's `id = d ? 1.0f/d : 0.0f`, in float32
 
 def q8_0(w:torch.Tensor) -> torch.Tensor:
     "GGUF Q8_0 round trip of `w (N, K)`: blocks of 32 along a row, `x = d * q`, q in -127..127, d = max|x| / 127 stored as float16."
     b = _groups(w, 32)
     d = b.abs().amax(-1, keepdim=True) / 127
-    q = _round_away(torch.where(d > 0, b / d, 0.))
+    q = _round_away(b * _reciprocal(d))                                 # ggml: roundf(x * id)
     return (q * _f16(d)).reshape(w.shape).to(w.dtype)
 
 def q4_0(w:torch.Tensor) -> torch.Tensor:
     "GGUF Q4_0 round trip: blocks of 32, `x = d * (q - 8)`, q in 0..15, d = (the value of largest magnitude) / -8 stored as float16."
     b = _groups(w, 32)
-    d = b.gather(-1, b.abs().argmax(-1, keepdim=True)) / -8
-    q = torch.where(d != 0, b / d, 0.).add(8.5).trunc().clamp(0, 15)     # llama.cpp: MIN(15, (int8_t)(x / d + 8.5))
+    d = b.gather(-1, b.abs().argmax(-1, keepdim=True)) / -8            # argmax: the first of equal magnitudes, as ggml's loop
+    q = (b * _reciprocal(d)).add(8.5).trunc().clamp(0, 15)              # ggml: MIN(15, (int8_t)(x * id + 8.5f))
     return ((q - 8) * _f16(d)).reshape(w.shape).to(w.dtype)
 
 def q4_1(w:torch.Tensor) -> torch.Tensor:
@@ -204,7 +213,7 @@ def q4_1(w:torch.Tensor) -> torch.Tensor:
     b = _groups(w, 32)
     lo, hi = b.amin(-1, keepdim=True), b.amax(-1, keepdim=True)
     d = (hi - lo) / 15
-    q = torch.where(d > 0, (b - lo) / d, 0.).add(0.5).trunc().clamp(0, 15)
+    q = ((b - lo) * _reciprocal(d)).add(0.5).trunc().clamp(0, 15)       # ggml: MIN(15, (int8_t)((x - min) * id + 0.5f))
     return (q * _f16(d) + _f16(lo)).reshape(w.shape).to(w.dtype)
 
 # %% ../nbs/09_fast.ipynb #c0a20002

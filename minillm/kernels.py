@@ -61,7 +61,8 @@ def q4_1_blocks(w:torch.Tensor):
     b = _groups(w, 32)
     lo, hi = b.amin(-1, keepdim=True), b.amax(-1, keepdim=True)
     d = (hi - lo) / 15
-    q = torch.where(d > 0, (b - lo) / d, 0.).add(0.5).trunc().clamp(0, 15).to(torch.uint8)   # llama.cpp's quantize_row_q4_1_ref
+    inv = torch.where(d != 0, 1 / d, 0.)                                # ggml multiplies by id = 1/d; dividing by d differs in the last bit
+    q = ((b - lo) * inv).add(0.5).trunc().clamp(0, 15).to(torch.uint8)  # llama.cpp's quantize_row_q4_1_ref
     qs = (q[..., :16] | (q[..., 16:] << 4)).reshape(N, K // 2)
     return qs.contiguous(), d.squeeze(-1).half(), lo.squeeze(-1).half()
 
@@ -70,7 +71,7 @@ def q8_0_blocks(w:torch.Tensor):
     N, K = w.shape
     b = _groups(w, 32)
     d = b.abs().amax(-1, keepdim=True) / 127
-    q = _round_away(torch.where(d > 0, b / d, 0.)).to(torch.int8)
+    q = _round_away(b * torch.where(d != 0, 1 / d, 0.)).to(torch.int8)    # quantize_row_q8_0_ref: roundf(x * id)
     return q.reshape(N, K).contiguous(), d.squeeze(-1).half()
 
 def _split_q4_1(raw:torch.Tensor):

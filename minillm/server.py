@@ -119,11 +119,12 @@ def host_allowed(host:str|None, allowed_hosts=()) -> bool:
     return bool(h) and (h == 'localhost' or h in {a.lower() for a in allowed_hosts} or _loopback(h))
 
 class Guard:
-    "ASGI middleware: a request that arrives on a loopback address must name a loopback `Host` (or one of `allowed_hosts`), else 403; a hang-up or a shutdown is logged in one line, not as an error."
-    def __init__(self, app, allowed_hosts=None):
+    "ASGI middleware: a request that arrives on a loopback address must name a loopback `Host` (or one of `allowed_hosts`), else 403; a hang-up, or a cancellation while `shutting_down()`, is logged in one line, not as an error."
+    def __init__(self, app, allowed_hosts=None, shutting_down=None):
         if allowed_hosts is not None and (isinstance(allowed_hosts, str) or not all(isinstance(a, str) and a for a in allowed_hosts)):
             raise ValueError(f"allowed_hosts must be a list of host names (or ['*'] for any), got {allowed_hosts!r}")
         self.app, self.allowed = app, tuple(allowed_hosts or ())
+        self.shutting_down = shutting_down or (lambda: False)          # () -> bool: is the server stopping?
 
     async def __call__(self, scope, receive, send):
         if scope['type'] != 'http': return await self.app(scope, receive, send)
@@ -135,8 +136,9 @@ class Guard:
             return await e.response()(scope, receive, send)
         try: await self.app(scope, receive, send)
         except ClientDisconnect: _log.info("minillm: a client disconnected during %s %s", scope['method'], scope['path'])
-        except asyncio.CancelledError:                                   # uvicorn cancels what is left when its shutdown time is up
-            _log.warning("minillm: %s %s cancelled at shutdown", scope['method'], scope['path'])
+        except asyncio.CancelledError:
+            if not self.shutting_down(): raise                             # someone else's cancellation: it must reach them
+            _log.warning("minillm: %s %s cancelled at shutdown", scope['method'], scope['path'])   # uvicorn cancels what is left
 
 
 # %% ../nbs/08a_http.ipynb #08c00043
@@ -181,20 +183,6 @@ class Endpoints:
 
 
 # %% ../nbs/08a_http.ipynb #08c00043p
-def _drawn(req) -> int:
-    "How many samples a request draws per prompt: `best_of` for completions that set it, else `n`."
-    return getattr(req, 'best_of', None) or req.n
-
-def best_choices(acc:list[dict], drawn:int, n:int) -> list[tuple[int, dict]]:
-    "Keep, of each prompt's `drawn` samples (consecutive in `acc`), the `n` with the highest mean log-probability per token (ties: the earlier sample), in rank order; returns (new index, sample)."
-    out = []
-    for k in range(0, len(acc), drawn):
-        group = acc[k:k + drawn]
-        score = lambda i: sum(group[i]['lps']) / max(len(group[i]['lps']), 1)
-        ranked = sorted(range(len(group)), key=lambda i: (-score(i), i))[:n]
-        out += [(k // drawn * n + r, group[i]) for r, i in enumerate(ranked)]
-    return out
-
 @patch
 async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
     "Authenticate, read, validate: the request, its (prompt ids, SamplingParams with `n`) jobs, one per prompt, and the prompt tokens for `usage`."
@@ -226,18 +214,39 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         what = f"best_of = {drawn}" if drawn != req.n else f"n = {req.n}"
         raise APIError(f"{len(prompts)} prompt(s) x {what} makes {len(prompts) * drawn} choices; this server allows at most {self.max_choices} per request",
                        param='best_of' if drawn != req.n else 'n')
-    jobs = []
+    jobs, rows = [], self.worker.engine.max_batch_size
     for ids in prompts:
-        room = self.ctx - len(ids)
-        mt = asked if asked is not None else (16 if kind is CompletionRequest else min(self.max_tokens, room))
-        if mt > room:
-            raise APIError(f"this model's context window is {self.ctx} tokens, but the request needs {len(ids) + mt} "
-                           f"({len(ids)} in the prompt, {mt} for the completion); lower max_tokens or shorten the prompt",
+        room = self.ctx - len(ids)                                     # tokens the context leaves for the completion
+        if room < 1:
+            raise APIError(f"this model's context window is {self.ctx} tokens, and the prompt fills it ({len(ids)} tokens), "
+                           f"leaving no room for a completion; shorten the prompt", param=param, code='context_length_exceeded')
+        if asked is not None: max_new = asked
+        elif kind is CompletionRequest: max_new = min(16, self.max_tokens)   # OpenAI's default for completions, within this server's limit
+        else: max_new = min(self.max_tokens, room)                     # chat: what the context leaves, within this server's limit
+        if max_new > room:
+            raise APIError(f"this model's context window is {self.ctx} tokens, but the request needs {len(ids) + max_new} ({len(ids)} in the prompt, "
+                           f"{max_new} for the completion{'' if asked is not None else ', the default'}); lower max_tokens or shorten the prompt",
                            param=param, code='context_length_exceeded')
-        p, B = to_sampling_params(req, mt, self.llm.config.vocab_size), self.worker.engine.max_batch_size
-        for a in range(0, drawn, B):                                   # n samples as one engine request (at most a batch of them): choice i seeded seed + i
-            jobs.append((ids, replace(p, n=min(B, drawn - a), seed=None if p.seed is None else p.seed + a)))
+        p = to_sampling_params(req, max_new, self.llm.config.vocab_size)
+        for a in range(0, drawn, rows):                                # n samples as one engine request (at most a batch of them): choice i seeded seed + i
+            jobs.append((ids, replace(p, n=min(rows, drawn - a), seed=None if p.seed is None else p.seed + a)))
     return req, jobs, sum(len(ids) for ids in prompts)
+
+
+# %% ../nbs/08a_http.ipynb #08c00043b
+def _drawn(req) -> int:
+    "How many samples a request draws per prompt: `best_of` for completions that set it, else `n`."
+    return getattr(req, 'best_of', None) or req.n
+
+def best_choices(acc:list[dict], drawn:int, n:int) -> list[tuple[int, dict]]:
+    "Keep, of each prompt's `drawn` samples (consecutive in `acc`), the `n` with the highest mean log-probability per token (ties: the earlier sample), in rank order; returns (new index, sample)."
+    out = []
+    for k in range(0, len(acc), drawn):
+        group = acc[k:k + drawn]
+        score = lambda i: sum(group[i]['lps']) / max(len(group[i]['lps']), 1)
+        ranked = sorted(range(len(group)), key=lambda i: (-score(i), i))[:n]
+        out += [(k // drawn * n + r, group[i]) for r, i in enumerate(ranked)]
+    return out
 
 
 # %% ../nbs/08a_http.ipynb #08c00043s
@@ -346,7 +355,7 @@ def make_app(worker:EngineWorker, model_name:str|None=None, api_key:str|None=Non
 
     app = FastAPI(title='minillm', lifespan=lifespan)
     app.state.worker, app.state.endpoints = worker, api
-    app.add_middleware(Guard, allowed_hosts=allowed_hosts)
+    app.add_middleware(Guard, allowed_hosts=allowed_hosts, shutting_down=lambda: not worker.accepting)
     Guard(None, allowed_hosts)                                        # a bad allowed_hosts fails here, not at the first request
 
     @app.exception_handler(APIError)
@@ -355,6 +364,10 @@ def make_app(worker:EngineWorker, model_name:str|None=None, api_key:str|None=Non
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request, e):
         return APIError(str(e.detail), e.status_code, 'invalid_request_error' if e.status_code < 500 else 'server_error').response()
+
+    @app.exception_handler(Exception)                                  # a bug of ours: still an error object (the log keeps the traceback)
+    async def _server_error(request, e):
+        return APIError(f"the server failed on this request ({type(e).__name__}); its log has the details", 500, 'server_error').response()
 
     @app.get('/health')
     async def health():
@@ -421,9 +434,14 @@ class _Uvicorn(uvicorn.Server):
 # %% ../nbs/08a_http.ipynb #08c00051s
 class Server:
     "An OpenAI-compatible server for `llm` on a background thread (for notebooks and tests): `with Server(llm) as s: OpenAI(base_url=s.base_url, ...)`."
-    def __init__(self, llm:LLM, host:str='127.0.0.1', port:int=0, max_batch_size:int=16, api_key:str|None=None,
-                 engine:Engine|None=None, log_level:str='warning', grace:float=5.0, **app_kw):
-        self.engine = engine or Engine(llm, max_batch_size)
+    def __init__(self, llm:LLM, host:str='127.0.0.1', port:int=0,
+                 max_batch_size:int|None=None,                        # rows of the engine built here (None: 16); or bring one as `engine`
+                 api_key:str|None=None, engine:Engine|None=None, log_level:str='warning', grace:float=5.0, **app_kw):
+        if engine is not None and engine.llm is not llm: raise ValueError("Server: `engine` runs another model than `llm`; pass the engine's own LLM")
+        if engine is not None and max_batch_size not in (None, engine.max_batch_size):
+            raise ValueError(f"Server: max_batch_size={max_batch_size} is for the engine Server builds, but `engine` was given "
+                             f"(its max_batch_size is {engine.max_batch_size}); pass one or the other")
+        self.engine = engine or Engine(llm, 16 if max_batch_size is None else max_batch_size)
         self.worker = EngineWorker(self.engine)
         self.app = make_app(self.worker, api_key=api_key, **app_kw)
         self.host, self.port, self.log_level, self.grace = host, port, log_level, grace

@@ -4,9 +4,9 @@
 
 # %% ../nbs/08_serving.ipynb #08c00002
 from __future__ import annotations
-import asyncio, threading
+import asyncio, threading, time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Literal
 from fastapi.responses import JSONResponse
@@ -90,6 +90,16 @@ def _short(v, n:int=60) -> str:
     s = repr(v)
     return s if len(s) <= n else s[:n] + '...'
 
+_UNIONS = {('prompt',): 'a string, a list of strings, a list of token ids or a list of lists of token ids',
+           ('stop',): 'a string or a list of strings',
+           ('messages', '*', 'content'): 'a string or a list of text parts ({"type": "text", "text": ...})'}   # '*': any list index
+
+def _union_path(loc:list[str]) -> tuple|None:
+    "The path of the union field an error location `loc` lies in (pydantic appends the branch's name to it), or None."
+    for pat in _UNIONS:
+        if len(loc) > len(pat) and all(p in ('*', x) for p, x in zip(pat, loc)): return pat, tuple(loc[:len(pat)])
+    return None
+
 def parse_body(model:type[BaseModel], body:bytes|str) -> BaseModel:
     "Validate a JSON request `body` against `model`; an `APIError` (400) naming the field, the problem and the value when it does not fit."
     try: return model.model_validate_json(body)
@@ -98,17 +108,17 @@ def parse_body(model:type[BaseModel], body:bytes|str) -> BaseModel:
         err = errs[0]
         loc = [str(x) for x in err['loc']]
         if err['type'] == 'json_invalid': raise APIError(f"the request body is not valid JSON: {err['msg']}", code='invalid_json') from None
-        if err['type'] == 'model_type' or not loc: raise APIError("the request body must be a JSON object") from None
+        if not loc: raise APIError("the request body must be a JSON object") from None
         name = loc[0]
         if err['type'] == 'extra_forbidden':
             allowed = ', '.join(model.model_fields)
             raise APIError(f"unknown field {'.'.join(loc)!r}; this endpoint accepts {allowed}", param=name, code='unknown_field') from None
         if err['type'] == 'missing': raise APIError(f"missing required field {'.'.join(loc)!r}", param=name) from None
-        same = [x for x in errs if x['loc'][:1] == err['loc'][:1]]
-        if len(same) > 1 and name in ('prompt', 'stop', 'messages', 'content'):   # a union: one message for all its branches
-            kinds = {'prompt': 'a string, a list of strings, a list of token ids or a list of lists of token ids',
-                     'stop': 'a string or a list of strings', 'messages': 'a list of {"role", "content"} objects'}
-            raise APIError(f"{name} must be {kinds.get(name, 'valid')}; got {_short(err.get('input'))}", param=name) from None
+        union = _union_path(loc)
+        if union is not None:                                   # a union: one message for all its branches, at the union's own path
+            pat, path = union
+            if sum(tuple(str(x) for x in e_['loc'][:len(path)]) == path for e_ in errs) > 1:
+                raise APIError(f"{'.'.join(path)} must be {_UNIONS[pat]}; got {_short(err.get('input'))}", param=name) from None
         raise APIError(f"{'.'.join(loc)}: {err['msg']}, got {_short(err.get('input'))}", param=name) from None
 
 # %% ../nbs/08_serving.ipynb #08c00027
@@ -117,13 +127,15 @@ def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> Samplin
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > 4 or not all(stop): raise APIError(f"stop must be at most 4 non-empty strings, got {_short(req.stop)}", param='stop')
     if req.min_tokens > max_tokens:
-        raise APIError(f"min_tokens ({req.min_tokens}) must not exceed max_tokens ({max_tokens})", param='min_tokens')
+        given = getattr(req, 'max_completion_tokens', None) is not None or req.max_tokens is not None
+        raise APIError(f"min_tokens ({req.min_tokens}) must not exceed max_tokens ({max_tokens}{'' if given else ', the default for this request'})",
+                       param='min_tokens')
     bias = None
     if req.logit_bias:
         bias = {}
         for k, v in req.logit_bias.items():
-            if not (k.isdigit() and int(k) < vocab_size):
-                raise APIError(f"logit_bias keys must be token ids in [0, {vocab_size}) written as strings, got {k!r}", param='logit_bias')
+            if not (k.isascii() and k.isdigit() and int(k) < vocab_size):    # isdigit alone accepts '²' and '٣', which int() refuses
+                raise APIError(f"logit_bias keys must be token ids in [0, {vocab_size}), written as strings of ASCII digits, got {k!r}", param='logit_bias')
             if not -100 <= v <= 100: raise APIError(f"logit_bias values must be in [-100, 100], got {v} for token {k}", param='logit_bias')
             bias[int(k)] = v
     if isinstance(req, ChatCompletionRequest):
@@ -168,6 +180,7 @@ class _Handle:
     def __init__(self, loop, queue:asyncio.Queue, index:int):
         self.loop, self.queue, self.index = loop, queue, index
         self.rid, self.sent, self.prompt_tokens = None, '', 0
+        self.finished = False                                          # its last Delta has been sent
         self.accepted = loop.create_future()
 
     def _call(self, fn, *args):
@@ -234,10 +247,15 @@ class EngineWorker:
         self._post(('release', h))
 
     def call(self, fn, timeout:float=30.0):
-        "Run `fn(engine)` on the engine thread (between two steps) and return its result."
-        f = Future()
+        "Run `fn(engine)` on the engine thread (between two steps) and return its result; a RuntimeError at once if that thread is not running."
+        if not self.alive: raise RuntimeError("EngineWorker.call: the engine thread is not running (start the worker first; a stopped one runs nothing)")
+        f, deadline = Future(), time.monotonic() + timeout
         self._post(('call', fn, f))
-        return f.result(timeout)
+        while not wait([f], timeout=0.1).done:                         # watch the thread while waiting: it may stop meanwhile
+            if not self.alive and not f.done(): raise RuntimeError("EngineWorker.call: the engine thread stopped before it ran the call")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"EngineWorker.call: the engine thread did not run the call within {timeout} s (it runs between two steps)")
+        return f.result()
 
 
 # %% ../nbs/08_serving.ipynb #08c00032b
@@ -308,16 +326,17 @@ def _deliver(self:EngineWorker, rid, token_ids, text, finished):
     if finished:                                                     # the whole text, held-back characters included
         final = self.engine.results[rid].text
         text = final[len(h.sent):] if final.startswith(h.sent) else text
-        self.counts['finished'] += 1
+        self.counts['finished'] += 1; h.finished = True
     h.sent += text
     h.put(Delta(h.index, list(token_ids), text, r.logprobs[len(r.logprobs) - n:], r.tops[len(r.tops) - n:],
                 r.finish_reason if finished else None))
 
 @patch
 def _fail_all(self:EngineWorker, err:APIError):
-    "Send `err` to every live request and cancel the ones still running."
+    "Send `err` to every live request that has not finished (its caller has not released it yet) and cancel the ones still running."
     eng = self.engine
     for rid, h in list(self._live.items()):
+        if h.finished: continue                                        # its last Delta is out: nothing failed
         h.put(err)
         r = eng.requests.get(rid)
         if r is not None and r.status != 'done': eng.cancel(rid)
