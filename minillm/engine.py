@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from fastcore.basics import patch
-from .model import Transformer, rope_tables, linear
+from .model import Transformer, linear
 from .weights import LLM
 from .loop import Generation, TextAssembler, encode_prompt, machine_info
 from .sampling import SamplingParams, sample, resolve_params, process_logits, sample_params
@@ -28,7 +28,7 @@ __all__ = ['DEFAULT_TOKENS_PER_STEP', 'StepOutput', 'check_engine_args', 'Engine
            'run_speculative_batch', 'serving_metrics']
 
 # %% ../nbs/07b_engine.ipynb #07c00059
-DEFAULT_TOKENS_PER_STEP = 256   # measured in the section on chunked prefill
+DEFAULT_TOKENS_PER_STEP = 256   # measured in the section 'The engine at the speed of its batch'
 
 @dataclass
 class StepOutput:
@@ -123,7 +123,9 @@ def run(self:Engine) -> dict[int, Generation]:
 @patch
 def generate(self:Engine, prompts, params=None, **kwargs) -> list:
     """Submit every prompt (all are checked first: one bad request submits none) and step until they finish. Returns one entry per prompt,
-    in input order: a `Generation`, or with `n` > 1 a list of `n` `Generation`s (sample i seeded `seed + i`)."""
+    in input order: a `Generation`, or with `n` > 1 a list of `n` `Generation`s (sample i seeded `seed + i`). An empty list: a ValueError."""
+    if isinstance(prompts, (list, tuple)) and len(prompts) == 0:
+        raise ValueError("Engine.generate: got an empty list, which is neither a prompt nor a batch; pass a prompt or a list of at least one prompt")
     if not is_batch(prompts): prompts = [prompts]
     plist = batch_params(len(prompts), params, **kwargs)
     groups = [self._request(p, pp) for p, pp in zip(prompts, plist)]
@@ -209,7 +211,8 @@ class PackedBatch:
         for s, a, n in rows: offs.append(offs[-1] + n)
         one = [i for i, (s, a, n) in enumerate(rows) if n == 1]              # decode rows (and one-token chunks)
         self.shared, self.shared_rows = [], 0                              # cascade attention's groups (next section)
-        if cascade and len(one) > 1: one = self._plan_cascade(one, offs)   # the rows it takes leave the plain path
+        if cascade and len(one) > 1 and not batch_invariant.active():      # (its merge is not batch-invariant: not in that mode)
+            one = self._plan_cascade(one, offs)                            # the rows it takes leave the plain path
         self.one_idx = torch.tensor([offs[i] for i in one], device=dev)      # their places in the pack
         S = max((rows[i][1] + 1 for i in one), default=0)
         self.one_read = torch.tensor([[slot(rows[i][0], p) if p <= rows[i][1] else 0 for p in range(S)] for i in one],
@@ -261,7 +264,7 @@ def advance(self:PackedBatch, T:int):
 def forward_packed(model:Transformer, ids:torch.Tensor, batch:PackedBatch, out_rows:list[int]) -> torch.Tensor:
     "The model's forward pass over a packed step `ids` `(1, N)`; logits `(len(out_rows), V)` only at the pack positions `out_rows` (the head is the costliest layer)."
     x = model.embed_tokens(ids)                                            # (1, N, C)
-    cos, sin = rope_tables(batch.pos, model.cfg.head_dim, model.cfg.rope_theta, x.dtype)   # each token at its own position
+    cos, sin = model.rope(batch.pos, x.dtype)                              # each token at its own position, plain or scaled RoPE as the model's
     for layer in model.layers: x = layer(x, cos, sin, batch, None)
     batch.advance(ids.shape[1])
     x = model.norm(x[0, out_rows])                                         # (R, C) only the rows that pick a token
@@ -334,10 +337,12 @@ _flash_lse = getattr(torch.ops.aten, '_scaled_dot_product_flash_attention_for_cp
 
 def _part_lse(q, k, v, mask=None):
     "`attention_lse` for (B, H_kv, T, D) queries over (B, H_kv, S, D) keys: one PyTorch kernel call on a CPU (it returns the log-sum-exp too), else ours."
+    global _flash_lse
     if _flash_lse is not None and q.device.type == 'cpu':
         add = None if mask is None else torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float('-inf'))
-        o, lse = _flash_lse(q, k, v, attn_mask=add)
-        return o, lse.float()[..., None]
+        try: o, lse = _flash_lse(q, k, v, attn_mask=add)[:2]
+        except (RuntimeError, TypeError): _flash_lse = None                # a private operator: if its signature changed, use ours from now on
+        else: return o, lse.float()[..., None]
     return attention_lse(q.float(), k.float(), v.float(), mask)
 
 @patch
@@ -558,11 +563,13 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
 def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:
     "Output tokens per second over the whole run, time to first token and time per output token (p50, p99), mean time in the system (seconds times `scale`: ms by default)."
     import numpy as np
+    if len(rows) == 0: raise ValueError("serving_metrics: got no requests; pass one dict per request (arrival, first, done, tokens)")
     ttft = np.array([r['first'] - r['arrival'] for r in rows]) * scale
     tpot = np.array([(r['done'] - r['first']) / (r['tokens'] - 1) for r in rows if r['tokens'] > 1]) * scale
     span = max(r['done'] for r in rows) - min(r['arrival'] for r in rows)
     pc = lambda a, q: float(np.percentile(a, q)) if len(a) else float("nan")
-    return dict(throughput=sum(r["tokens"] for r in rows) / span, ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
+    return dict(throughput=sum(r["tokens"] for r in rows) / span if span > 0 else float("nan"),   # a run that took no time has no rate
+                ttft_p50=pc(ttft, 50), ttft_p99=pc(ttft, 99),
                 tpot_p50=pc(tpot, 50), tpot_p99=pc(tpot, 99), requests=len(rows),
                 mean_latency=float(np.mean([r['done'] - r['arrival'] for r in rows])) * scale)   # W of Little's law
 

@@ -195,6 +195,11 @@ class Transformer(nn.Module):
     @property
     def dtype(self): return self.embed_tokens.weight.dtype
 
+    def rope(self, pos:torch.Tensor, dtype=torch.float32):
+        "The rotary tables (cos, sign-folded sin) `(B, 1, T, D)` for positions `pos` `(B, T)`: plain, or scaled as `cfg.rope_scaling` says (the end of this chapter)."
+        if self.cfg.rope_scaling is None: return rope_tables(pos, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+        return scaled_rope_tables(pos, self.cfg, dtype)
+
     def forward(self, ids:torch.Tensor, cache=None, pos:torch.Tensor|None=None, mask:torch.Tensor|None=None,
                 last_only:bool=False) -> torch.Tensor:
         B, T = ids.shape
@@ -203,8 +208,7 @@ class Transformer(nn.Module):
             pos = start + torch.arange(T, device=ids.device)[None]          # (B, T)
         pos = pos.expand(B, T)
         x = self.embed_tokens(ids)                                         # (B, T, C)
-        if self.cfg.rope_scaling is None: cos, sin = rope_tables(pos, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)  # (B, 1, T, D), shared by all layers
-        else: cos, sin = scaled_rope_tables(pos, self.cfg, x.dtype)     # the same tables with scaled frequencies (see the end)
+        cos, sin = self.rope(pos, x.dtype)                                 # (B, 1, T, D), shared by all layers
         for layer in self.layers: x = layer(x, cos, sin, cache, mask)
         if cache is not None: cache.advance(T)
         if last_only: x = x[:, -1:]
