@@ -4,7 +4,6 @@
 
 # %% ../nbs/09b_kernels.ipynb #k-imports
 from __future__ import annotations
-import warnings
 from pathlib import Path
 import torch
 import torch.nn as nn
@@ -89,6 +88,18 @@ def _split_q8_0(raw:torch.Tensor):
 def _w(norm): return None if norm is None else norm.weight
 def _eps(norm): return 0. if norm is None else norm.eps
 def _plus_bias(y, lin): return y if lin.bias is None else y + lin.bias
+def _check_width(lin, x, silu_mul):
+    "A `ValueError` naming the sizes unless `x` has the layer's input width (twice it for SwiGLU's `[gate, up]`)."
+    k = lin.in_features * (2 if silu_mul else 1)
+    if x.shape[-1] != k: raise ValueError(f"{type(lin).__name__}: x has {x.shape[-1]} columns, the layer takes {k}" + (f" ([gate, up], twice in_features = {lin.in_features})" if silu_mul else ""))
+def _check_blocks(name, N, K, bias):
+    "The checks both block layers make on their sizes: K a multiple of 32, a bias of N values."
+    if K % 32: raise ValueError(f"{name}: K = {K} inputs per row, not a multiple of 32 (a GGUF block holds 32 weights)")
+    if bias is not None and tuple(bias.shape) != (N,): raise ValueError(f"{name}: bias must have {N} values (one per output), got shape {tuple(bias.shape)}")
+_EDITS = [0]                                               # how many attributes of block layers were set: the one-call step's cached weights check it
+def _counted_setattr(self, name, value):
+    "`nn.Module.__setattr__`, counted in `_EDITS`, so that a buffer replaced after a step (`lin.d = ...`) rebuilds the step's weight list."
+    nn.Module.__setattr__(self, name, value); _EDITS[0] += 1
 def _before(x, norm, silu_mul):
     "What the C++ call does to `x` before the product, in torch: the norm, or SwiGLU."
     if norm is not None: return norm(x)
@@ -99,9 +110,11 @@ class Q4_1Linear(nn.Module):
     "A linear layer whose weight stays in GGUF Q4_1 blocks of 32 (`w = d * q + m`, 20 bytes per block), multiplied by a C++ kernel; `act`: the activations 'int16' or 'int8' (rounded to blocks of 32, integer dot products) or 'float32' (exact), None: `default_activations()`."
     def __init__(self, qs:torch.Tensor, d:torch.Tensor, m:torch.Tensor, bias:torch.Tensor|None=None, act:str|None=None):
         super().__init__()
-        N, K2 = qs.shape
-        if qs.dtype != torch.uint8 or d.shape != (N, K2 // 16) or m.shape != d.shape: raise ValueError(f"Q4_1Linear: expected qs (N, K/2) uint8 and d, m (N, K/32), got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}, {tuple(m.shape)}")
-        self.out_features, self.in_features = N, K2 * 2
+        if qs.dtype != torch.uint8 or qs.dim() != 2: raise ValueError(f"Q4_1Linear: expected qs (N, K/2) uint8, got {tuple(qs.shape)} {qs.dtype}")
+        N, K = qs.shape[0], qs.shape[1] * 2
+        _check_blocks('Q4_1Linear', N, K, bias)
+        if d.shape != (N, K // 32) or m.shape != d.shape: raise ValueError(f"Q4_1Linear: expected qs (N, K/2) uint8 and d, m (N, K/32) = {(N, K // 32)}, got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}, {tuple(m.shape)}")
+        self.out_features, self.in_features = N, K
         self.register_buffer('qs', qs.contiguous()); self.register_buffer('d', d.half().contiguous()); self.register_buffer('m', m.half().contiguous())
         self.register_buffer('bias', None if bias is None else bias.detach().float())
         self.fast = qkernels()
@@ -131,6 +144,7 @@ class Q4_1Linear(nn.Module):
 
     def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N)
         "`x @ W^T`; with `norm` (an `RMSNorm`) of `norm(x)`, with `silu_mul` of SwiGLU's `silu(gate) * up` for `x = [gate, up]` (..., 2K), plus `residual` if given."
+        _check_width(self, x, silu_mul)
         if self.fast and self.act != 'float32':                          # all of it in one C++ call
             return _plus_bias(torch.ops.minillm.q4_1_qmm(x.float().contiguous(), self.qs, self.d, self.m, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
         x = _before(x, norm, silu_mul)
@@ -140,6 +154,7 @@ class Q4_1Linear(nn.Module):
         return _plus_bias(y if residual is None else y + residual, self)
 
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'torch int4'}"
+    __setattr__ = _counted_setattr
 
 
 # %% ../nbs/09b_kernels.ipynb #blk-mods-80
@@ -147,8 +162,10 @@ class Q8_0Linear(nn.Module):
     "A linear layer whose weight stays in GGUF Q8_0 blocks of 32 (`w = d * q`, 34 bytes per block), multiplied by a C++ kernel; `act` as for `Q4_1Linear`."
     def __init__(self, qs:torch.Tensor, d:torch.Tensor, bias:torch.Tensor|None=None, act:str|None=None):
         super().__init__()
+        if qs.dtype != torch.int8 or qs.dim() != 2: raise ValueError(f"Q8_0Linear: expected qs (N, K) int8, got {tuple(qs.shape)} {qs.dtype}")
         N, K = qs.shape
-        if qs.dtype != torch.int8 or d.shape != (N, K // 32): raise ValueError(f"Q8_0Linear: expected qs (N, K) int8 and d (N, K/32), got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}")
+        _check_blocks('Q8_0Linear', N, K, bias)
+        if d.shape != (N, K // 32): raise ValueError(f"Q8_0Linear: expected qs (N, K) int8 and d (N, K/32) = {(N, K // 32)}, got {tuple(qs.shape)} {qs.dtype}, {tuple(d.shape)}")
         self.out_features, self.in_features = N, K
         self.register_buffer('qs', qs.contiguous()); self.register_buffer('d', d.half().contiguous())
         self.register_buffer('bias', None if bias is None else bias.detach().float())
@@ -165,6 +182,7 @@ class Q8_0Linear(nn.Module):
         return (self.qs.view(N, K // 32, 32).float() * self.d.float()[..., None]).view(N, K)
 
     def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N), as `Q4_1Linear`
+        _check_width(self, x, silu_mul)
         if self.fast and self.act != 'float32':
             return _plus_bias(torch.ops.minillm.q8_0_qmm(x.float().contiguous(), self.qs, self.d, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
         x = _before(x, norm, silu_mul)
@@ -172,6 +190,7 @@ class Q8_0Linear(nn.Module):
         return _plus_bias(y if residual is None else y + residual, self)
 
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'float32'}"
+    __setattr__ = _counted_setattr
 
 
 # %% ../nbs/09b_kernels.ipynb #blk-attn-a
@@ -239,12 +258,15 @@ static void proj(const float* in, int64_t M, at::TensorList w, int i, int64_t bi
 static void check_block(at::TensorList w, int64_t C, int64_t H, int64_t Hkv, int64_t D) {   // the 14 tensors of one block
   TORCH_CHECK(w.size() == 14, "a block needs 14 tensors, got ", w.size());
   for (int i : {0, 7}) TORCH_CHECK(w[i].scalar_type() == at::kFloat && w[i].is_contiguous() && w[i].numel() == C, "the norm weights must be float32 (", C, ",)");
-  const int64_t rows[4] = {(H + 2 * Hkv) * D, C, -1, C}, first[4] = {1, 4, 8, 11};
+  TORCH_CHECK(w[8].dim() == 2 && w[8].size(0) % 2 == 0, "projection 2 of the block (gate and up) needs an even number of rows");
+  // rows (-1: any) and inputs of qkv, o, gate_up, down: the scratch rows block_step sizes from C, H D and F hold exactly these
+  const int64_t rows[4] = {(H + 2 * Hkv) * D, C, -1, C}, cols[4] = {C, H * D, C, w[8].size(0) / 2}, first[4] = {1, 4, 8, 11};
   for (int p = 0; p < 4; ++p) {
     const at::Tensor& q = w[first[p]]; const bool q4 = q.scalar_type() == at::kByte;
     TORCH_CHECK((q4 || q.scalar_type() == at::kChar) && q.dim() == 2 && q.is_contiguous() && (rows[p] < 0 || q.size(0) == rows[p]),
                 "projection ", p, " of the block: codes must be contiguous uint8 (Q4_1) or int8 (Q8_0) with ", rows[p], " rows");
     const int64_t K = q4 ? q.size(1) * 2 : q.size(1);
+    TORCH_CHECK(K == cols[p] && K % 32 == 0, "projection ", p, " of the block: ", K, " inputs, expected ", cols[p], " (a multiple of 32)");
     for (int j = 1; j < 3; ++j) TORCH_CHECK(w[first[p] + j].scalar_type() == at::kHalf && w[first[p] + j].is_contiguous() && w[first[p] + j].numel() == q.size(0) * (K / 32),
                                             "projection ", p, " of the block: scales and minimums must be contiguous float16 (N, K/32)");
   }
@@ -347,7 +369,6 @@ _STEP_SOURCE = _QK_ATTN + _QK_BLOCK + _QK_STEP + _QK_STEP_OPS
 register_kernel_source('step', _STEP_SOURCE)
 
 # %% ../nbs/09b_kernels.ipynb #blk-fused
-import minillm.model as _model                                            # its apply_rope_fast, looked up at call time (the profiler labels it)
 from .kvcache import KVCache
 
 def _parts(lin): return (lin.qs, lin.d, lin.m) if isinstance(lin, Q4_1Linear) else (lin.qs, lin.d, lin.d)
@@ -392,9 +413,9 @@ def _projections(m):
     return out + [m._modules['lm_head']]
 
 def _step_weights(m):
-    "`(key, weights, eps, head, act, other)` for `model_decode`, cached on `m` and rebuilt when a projection or its activations change; `act` None where a layer is not a C++ block layer with integer activations."
+    "`(key, weights, eps, head, act, other, modules)` for `model_decode`, cached on `m` and rebuilt when a projection is replaced or any block layer's attribute is set (its buffers, its activations: `_EDITS`); `act` None where a layer is not a C++ block layer with integer activations."
     lins = _projections(m)
-    key = tuple((id(l), l.__dict__.get('act')) for l in lins)
+    key = (tuple((id(l), l.__dict__.get('act')) for l in lins), _EDITS[0])
     cached = m.__dict__.get('_step_cache')
     if cached is not None and cached[0] == key: return cached
     act = lins[0].__dict__.get('act', 'float32')
@@ -409,15 +430,16 @@ def _step_weights(m):
             eps += [float(b.input_layernorm.eps), float(b.post_attention_layernorm.eps)]
         eps.append(float(m.norm.eps))
     other = (m.embed_tokens.weight.detach(), m.norm.weight.detach(), m.layers[0].self_attn.H)
-    m._step_cache = (key, w, eps, list(_parts(m.lm_head)) if ok else None, act if ok else None, other)
+    m._step_cache = (key, w, eps, list(_parts(m.lm_head)) if ok else None, act if ok else None, other, lins)   # the layers held: their ids stay theirs
     return m._step_cache
 
 def _rope_table(m, n:int):
-    "cos and folded sin `(n, D)` for positions 0..n-1, made once per length by chapter 00's `rope_tables`."
+    "cos and folded sin `(n, D)` for positions 0..n-1, made once per length by chapter 00's `rope_tables` (the last four lengths kept)."
     tabs = m.__dict__.setdefault('_rope_tabs', {})
     if n not in tabs:
         cos, sin = rope_tables(torch.arange(n)[None], m.cfg.head_dim, m.cfg.rope_theta)          # (1, 1, n, D)
-        tabs.clear(); tabs[n] = (cos[0, 0].contiguous(), sin[0, 0].contiguous())
+        if len(tabs) >= 4: del tabs[next(iter(tabs))]                                           # the oldest length goes
+        tabs[n] = (cos[0, 0].contiguous(), sin[0, 0].contiguous())
     return tabs[n]
 
 # %% ../nbs/09b_kernels.ipynb #blk-step-py2
@@ -428,7 +450,7 @@ def _model_decode(m, ids, cache):
     lens = cache._lengths
     lo = int(lens[0])
     if lo + 1 > cache.max_len or (len(lens) > 1 and not bool((lens == lo).all())): return None   # overflow (chapter 00 says so), ragged rows
-    _, w, eps, head, act, (embed, norm, H) = _step_weights(m)
+    _, w, eps, head, act, (embed, norm, H), _ = _step_weights(m)
     if act is None: return None
     cos, sin = _rope_table(m, cache.max_len)
     logits = torch.ops.minillm.model_decode(ids.contiguous(), embed, w, eps, norm, head, cache._k, cache._v, lo, cos, sin, H, ACT_BITS[act])
@@ -494,7 +516,6 @@ def to_blocks(llm:LLM, fmt:str='q4_1', gguf_path=None, head:str='q8_0', act:str|
 # %% ../nbs/09b_kernels.ipynb #blk-load-2
 def load_blocks(path=None, device='cpu', progress:bool=True, fmt:str='q4_1', act:str|None=None) -> LLM:
     "Load `path` (default: the embedded SmolLM2-135M-Instruct's Q4_1 GGUF file) with its block projections in `fmt` blocks and its head in Q8_0, the file's own blocks kept where it stores them in that format."
-    from minillm.weights import default_gguf
     if str(device) != 'cpu': raise ValueError(f"dtype={fmt!r} runs on the CPU (its kernels are C++ for x86/ARM CPUs), got device={device!r}")
     llm = LLM(*load_weights(path, 'cpu', torch.float32, progress))        # the embedded model: its folder, converted from the GGUF file
     gguf_file = default_gguf(progress=progress) if path is None else Path(path).expanduser()
@@ -520,5 +541,5 @@ def _apply_activations(llm, act, call):
     return llm                                                          # the format's build already used it
 
 register_load_option('activations', '09b', "dtype='q4_1'/'q8_0': 'int16' or 'int8' (activations rounded to blocks of 32, integer dot products) or 'float32' (exact); None: 'int16' where the integer kernels have a SIMD path (AVX-512 VNNI, AVX-512BW or AVX2)",
-                     default=None, check=check_activations, apply=_apply_activations)
+                     default=None, check=check_activations, apply=_apply_activations);
 

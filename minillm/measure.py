@@ -13,7 +13,7 @@ __all__ = ['CPU_FEATURES', 'cpu_features', 'machine_info', 'median_time', 'inter
 
 # %% ../nbs/01a_measure.ipynb #m1a06
 CPU_FEATURES = {'AVX2': ('avx2',), 'AVX-512': ('avx512f',), 'AVX512-BF16': ('avx512_bf16',),
-                'VNNI': ('avx512_vnni', 'avx_vnni'), 'AMX': ('amx_tile',)}
+                'VNNI': ('avx512_vnni',), 'AMX': ('amx_tile',)}            # VNNI: the AVX-512 one (AVX-VNNI, 256 bits, is not it)
 
 def cpu_features(flags:str|list[str]) -> dict[str, bool]:
     "Which of the vector features in `CPU_FEATURES` a CPU has, from its flags (the `flags` line of `/proc/cpuinfo`, or a list)."
@@ -21,14 +21,16 @@ def cpu_features(flags:str|list[str]) -> dict[str, bool]:
     return {name: any(f in have for f in names) for name, names in CPU_FEATURES.items()}
 
 def machine_info() -> str:
-    "One line naming this machine's CPU, its cores, torch's threads, which of AVX2, AVX-512, AVX512-BF16, VNNI and AMX it has, and its CUDA GPU if torch sees one."
-    import os, platform
-    name, flags = '', None
+    "One line naming this machine's CPU, its physical cores (and logical CPUs where they differ), torch's threads, which of AVX2, AVX-512, AVX512-BF16, VNNI (AVX-512) and AMX it has, and its CUDA GPU if torch sees one."
+    name, flags, cores = '', None, set()
     try:
         with open('/proc/cpuinfo') as f:
+            phys = None
             for line in f:
                 if line.startswith('model name') and not name: name = line.split(':', 1)[1].strip()
                 if line.startswith('flags') and flags is None: flags = line.split(':', 1)[1]
+                if line.startswith('physical id'): phys = line.split(':', 1)[1].strip()
+                if line.startswith('core id'): cores.add((phys, line.split(':', 1)[1].strip()))   # one per physical core
     except OSError: pass
     name = name or platform.processor() or 'unknown CPU'
     if flags is None: feats = 'CPU flags unknown'
@@ -36,18 +38,21 @@ def machine_info() -> str:
         f = cpu_features(flags)
         feats = ', '.join(k for k, v in f.items() if v) or 'none of ' + '/'.join(f)
         if missing := [k for k, v in f.items() if not v]: feats += '; no ' + ', '.join(missing)
+        if 'avx_vnni' in flags.split() and not f['VNNI']: feats += '; AVX-VNNI (256 bits) only'
+    ncpu = os.cpu_count() or 0
+    cpus = f"{len(cores)} cores, {ncpu} logical CPUs" if cores and len(cores) != ncpu else f"{len(cores) or ncpu} cores"
     gpu = ''
     if torch.cuda.is_available():                                     # a GPU run names the card, its size and the software that drives it
         p = torch.cuda.get_device_properties(0)
         gpu = (f"; GPU: {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
                f"torch {torch.__version__}, CUDA {torch.version.cuda}")
-    return (f"{name}: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, {feats} "
+    return (f"{name}: {cpus}, {torch.get_num_threads()} torch threads, {feats} "
             f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()}){gpu}")
 
 # %% ../nbs/01a_measure.ipynb #m1a11
-def _sync(device):
-    "Wait for the GPU's queued work (a no-op on the CPU), so that a timer measures the work and not its launch."
-    if torch.device(device).type == 'cuda': torch.cuda.synchronize()
+def _syncer(device):
+    "What waits for `device`'s queued work, so that a timer measures the work and not its launch: `torch.cuda.synchronize` on a GPU, None on the CPU (nothing to wait for). Asked once per timer, outside the timed region."
+    return torch.cuda.synchronize if torch.device(device).type == 'cuda' else None
 
 def median_time(fn:Callable, reps:int=7, warmup:int=1, device='cpu') -> float:
     "Median seconds of `reps` calls of `fn()` after `warmup` untimed calls."
@@ -58,10 +63,12 @@ def interleaved(fns:dict[str, Callable], reps:int=7, warmup:int=1, device='cpu',
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1: raise ValueError(f"reps must be an integer >= 1, got {reps!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0: raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
     if not fns: raise ValueError("interleaved needs at least one function to time")
-    got = {k: [] for k in fns}
+    got, sync = {k: [] for k in fns}, _syncer(device)                  # the timed region holds fn() (and a GPU's sync) only
     for r in range(warmup + reps):
         for k, fn in fns.items():
-            _sync(device); t0 = time.perf_counter(); fn(); _sync(device)
+            if sync: sync()
+            t0 = time.perf_counter(); fn()
+            if sync: sync()
             if r >= warmup: got[k].append(time.perf_counter() - t0)
     if times is not None: times.update(got)
     return {k: sorted(v)[len(v) // 2] for k, v in got.items()}
@@ -80,6 +87,7 @@ def step_cost(llm,  # an `LLM` (chapter 01) whose `new_cache` exists (chapter 04
     if not callable(getattr(llm, 'new_cache', None)):
         raise ValueError("step_cost times cached passes and needs `llm.new_cache`, which chapter 04 defines: import minillm.kvcache (or minillm.all)")
     model, dev, g = llm.model, llm.device, torch.Generator().manual_seed(0)
+    sync = _syncer(dev)                                                 # asked once, outside the timed region
     runs = {}
     with torch.inference_mode():
         for n in rows:                                                 # a cache per size, prefilled once
@@ -92,6 +100,8 @@ def step_cost(llm,  # an `LLM` (chapter 01) whose `new_cache` exists (chapter 04
         for r in range(reps + 1):
             for n, (cache, x) in runs.items():                         # sizes interleaved: a change of load hits all alike
                 cache.set_lengths(context)
-                _sync(dev); t0 = time.perf_counter(); model(x, cache=cache); _sync(dev)
+                if sync: sync()
+                t0 = time.perf_counter(); model(x, cache=cache)
+                if sync: sync()
                 if r: times[n].append(time.perf_counter() - t0)           # the first round warms up
     return {n: sorted(v)[len(v) // 2] for n, v in times.items()}
