@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import torch.distributed as dist
+from fastcore.basics import patch
 from .model import ModelConfig, Transformer
 from .weights import LLM, ModelLoadError, hf_config, default_model
 from .batching import is_batch, batch_params
@@ -206,7 +207,8 @@ def save_model_folder(folder, cfg:ModelConfig, sd:dict|None=None, seed:int=0, to
 
 # %% ../nbs/12_parallel.ipynb #pp-dp
 def _replica_worker(rank, path, threads, engine_kw, conn, **_):
-    "A data-parallel replica: a whole model and an `Engine`; serves every share of requests the dispatcher sends, and answers a share its Engine refuses with the refusal."
+    """A data-parallel replica: a whole model and an `Engine`; serves every share of requests the dispatcher sends, and answers a share its
+    Engine refuses with the refusal. Each answer carries the number of the call it answers."""
     try:
         torch.set_num_threads(threads)
         from minillm.engine import Engine
@@ -216,26 +218,28 @@ def _replica_worker(rank, path, threads, engine_kw, conn, **_):
         while True:
             msg = _get(conn)
             if msg[0] == 'stop': break
-            prompts, params = msg[1]
+            _, call, (prompts, params) = msg
             t0 = time.perf_counter()
             try: outs = eng.generate(prompts, params)
             except ValueError as e:
                 if eng.has_unfinished(): raise                             # refused after some requests went in: this Engine's state is unknown
-                _put(conn, ('refused', f"{type(e).__name__}: {e}")); continue   # checked before anything was submitted: serve on
+                _put(conn, ('refused', call, f"{type(e).__name__}: {e}")); continue   # checked before anything was submitted: serve on
             res = [[(g.token_ids, g.text) for g in o] if isinstance(o, list) else (o.token_ids, o.text) for o in outs]
-            _put(conn, ('done', (res, time.perf_counter() - t0)))
+            _put(conn, ('done', call, (res, time.perf_counter() - t0)))
     except BaseException:
         try: _put(conn, ('error', traceback.format_exc()))
         except Exception: pass
         os._exit(1)
 
+
+# %% ../nbs/12_parallel.ipynb #pp-dp-s1
 class ReplicaPool:
     "Data parallelism: `replicas` worker processes, each with the whole model and an Engine; `generate` deals the requests out and gathers the results in order."
     def __init__(self, path=None, replicas:int=2, threads:int=1, timeout:float=300.0, **engine_kw):
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1: raise ValueError(f"replicas must be an integer >= 1, got {replicas!r}")
         p, _ = _resolve(path)
         kw = dict(target='_replica_worker', path=str(p), threads=threads, engine_kw=engine_kw)
-        self.error = None
+        self.error, self.calls = None, 0                                   # calls: the number of the latest call, sent with each share
         self.procs, self.conns = _spawn_workers(replicas + 1, kw, timeout)    # ranks 1..replicas; the dispatcher is no replica
         self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns)   # a pool dropped without close(): its replicas still stop
         try: _await(self.procs, self.conns, 'ready', timeout)
@@ -248,39 +252,27 @@ class ReplicaPool:
         self.close()
         raise RuntimeError(f"ReplicaPool: {reason}; every replica was stopped")
 
-    def _answer(self, r:int):
-        "Replica r's answer to its share; a replica that dies or reports a crash stops the pool."
+    def _io(self, fn, *args):
+        "Send or receive one message. Interrupted in the middle of it (Ctrl-C), a pipe holds half a message: stop the pool, then let the interruption through."
+        try: return fn(*args)
+        except (EOFError, OSError): raise                                  # a replica that went away: the caller names it
+        except BaseException as e:
+            self.error = f"a call was interrupted ({type(e).__name__}) in the middle of a message to or from a replica"
+            self.close(); raise
+
+    def _answer(self, r:int, call:int):
+        "Replica r's answer to call number `call` (answers to an earlier, interrupted call are dropped); a replica that dies or reports a crash stops the pool."
         p, c = self.procs[r], self.conns[r]
         while True:
             if c.poll(0.05):
-                try: m = _get(c)
+                try: m = self._io(_get, c)
                 except (EOFError, OSError): break
                 if m[0] == 'error': self._fail(f"replica {r} (pid {p.pid}) crashed: {m[1].strip()}")
-                return m
+                if m[1] == call: return m
+                continue                                                   # the answer to an interrupted call: nobody waits for it now
             if not p.is_alive() and not c.poll(0): break
         p.join(1)
         self._fail(f"replica {r} (pid {p.pid}) died with exit code {p.exitcode}")
-
-    def generate(self, prompts, params=None, **kw):
-        """Token ids and text of each prompt (with `n` > 1, a list of `n` of them), served by the replicas in parallel: prompt i goes to
-        replica i mod R. One prompt (not in a list) gives one result. A request a replica refuses raises its ValueError; the pool serves on."""
-        if self.error is not None: raise RuntimeError(f"this ReplicaPool was shut down after a failure: {self.error}")
-        if not self.conns: raise RuntimeError("this ReplicaPool was closed; start a new one")
-        if isinstance(prompts, (list, tuple)) and len(prompts) == 0: return []
-        one = not is_batch(prompts)
-        if one: prompts = [prompts]
-        plist = batch_params(len(prompts), params, **kw)                  # bad settings are refused here, before any replica sees them
-        R = min(len(self.conns), len(prompts))                           # fewer prompts than replicas: the rest stay idle
-        msgs = [pickle.dumps(('generate', (list(prompts[r::R]), plist[r::R])), protocol=pickle.HIGHEST_PROTOCOL) for r in range(R)]
-        for r in range(R):
-            try: self.conns[r].send_bytes(msgs[r])
-            except OSError: self._answer(r)                                # its pipe is gone: it died, say so
-        answers = [self._answer(r) for r in range(R)]                    # every answer is read, so none is left for the next call
-        refused = [f"replica {r} refused its share: {m[1]}" for r, m in enumerate(answers) if m[0] == 'refused']
-        if refused: raise ValueError('; '.join(refused))
-        out = [None] * len(prompts)
-        for r, m in enumerate(answers): out[r::R] = m[1][0]
-        return out[0] if one else out
 
     def close(self):
         "Stop and reap every replica. Safe to call twice."
@@ -288,6 +280,32 @@ class ReplicaPool:
         self.procs, self.conns = [], []
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+
+# %% ../nbs/12_parallel.ipynb #pp-dp-s2
+@patch
+def generate(self:ReplicaPool, prompts, params=None, **kw):
+    """Token ids and text of each prompt (with `n` > 1, a list of `n` of them), served by the replicas in parallel: prompt i goes to
+    replica i mod R. One prompt (not in a list) gives one result. A request a replica refuses raises its ValueError; the pool serves on."""
+    if self.error is not None: raise RuntimeError(f"this ReplicaPool was shut down after a failure: {self.error}")
+    if not self.conns: raise RuntimeError("this ReplicaPool was closed; start a new one")
+    if isinstance(prompts, (list, tuple)) and len(prompts) == 0: return []
+    one = not is_batch(prompts)
+    if one: prompts = [prompts]
+    plist = batch_params(len(prompts), params, **kw)                      # bad settings are refused here, before any replica sees them
+    R = min(len(self.conns), len(prompts))                               # fewer prompts than replicas: the rest stay idle
+    self.calls += 1; call = self.calls
+    msgs = [pickle.dumps(('generate', call, (list(prompts[r::R]), plist[r::R])), protocol=pickle.HIGHEST_PROTOCOL) for r in range(R)]
+    for r in range(R):
+        try: self._io(self.conns[r].send_bytes, msgs[r])
+        except OSError: self._answer(r, call)                              # its pipe is gone: it died, say so
+    answers = [self._answer(r, call) for r in range(R)]                  # interrupted here, the answers stay in the pipes; the next call drops them
+    refused = [f"replica {r} refused its share: {m[2]}" for r, m in enumerate(answers) if m[0] == 'refused']
+    if refused: raise ValueError('; '.join(refused))
+    out = [None] * len(prompts)
+    for r, m in enumerate(answers): out[r::R] = m[2][0]
+    return out[0] if one else out
+
 
 # %% ../nbs/12_parallel.ipynb #pp-pipe
 def _stage_model(path, rank:int, size:int):
@@ -323,6 +341,7 @@ def _stage_model(path, rank:int, size:int):
     if not last: m.norm = m.lm_head = None
     m.load_state_dict(sd, assign=True, strict=False)
     left = [n for n, t in [*m.named_parameters(), *m.named_buffers()] if t.is_meta]
+    left = [f"layers.{int(n.split('.')[1]) + lo}.{n.split('.', 2)[2]}" if n.startswith('layers.') else n for n in left]   # the file's layer numbers
     if left: raise ModelLoadError(f"pipeline stage {rank} of {size}: {p} has no weights for {', '.join(left[:4])}" + (' ...' if len(left) > 4 else ''))
     return m.eval().requires_grad_(False), cfg
 
@@ -409,9 +428,14 @@ def pipeline_bench(path=None, stages:int=2, batch:int=8, seq:int=32, micros=(1, 
     m micro-batches, for each m in `micros`. Per m: the wall time (the slowest stage's), each stage's busy time (each stage's fastest pass,
     measured on its own), the measured bubble 1 - mean busy / wall, and the ideal bubble (p - 1)/(m + p - 1)."""
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
+    micros = list(micros)
+    if not micros or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micros):
+        raise ValueError(f"pipeline_bench: micros must be a non-empty list of integers >= 1, got {micros!r}")
     for m in micros:
         if batch % m: raise ValueError(f"pipeline_bench: batch {batch} does not split into {m} micro-batches")
     p, _ = _resolve(path)
+    n_layers = load_config(p).n_layers
+    if n_layers % stages: raise ValueError(f"pipeline_bench: {n_layers} layers do not split into {stages} equal stages; stages must divide {n_layers}")
     kw = dict(target='_pipeline_worker', path=str(p), batch=batch, seq=seq, micros=list(micros), reps=reps, backend='gloo',
               timeout=timeout, threads=torch.get_num_threads())
     with _with_workers(stages, kw, timeout) as (store, port, procs, conns):

@@ -15,7 +15,8 @@ from fastcore.basics import patch
 from .model import ModelConfig, Transformer, Block
 from .weights import LLM, ModelLoadError, hf_tokenizer, register_load_option
 from .kvcache import KVCache
-from .batching import PagedKVCache
+from .batching import PagedKVCache, PagedBatch
+from .engine import PackedBatch
 from .parallel import make_group, Comm, _put, _get, _spawn_workers, _free_port, _await, _shutdown, _resolve, load_config, _with_workers
 
 # %% auto #0
@@ -373,26 +374,40 @@ class TPDriver:
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s1p
 @patch
-def guard(self:TPDriver, fn, *args):
-    "Run `fn` (this rank's part of a step, with its collectives). A refused step (a ValueError) is raised once every worker refused it too; a collective that fails because a rank died becomes a clear error."
-    try: return fn(*args)
+def guard(self:TPDriver, fn, *args, announce:tuple|None=None):
+    """Announce a step to the workers (`announce`: its op and payload) and run `fn` (this rank's part of it, with its collectives). A refused
+    step (a ValueError) is raised once every worker refused it too; a collective that fails because a rank died becomes a clear error; a
+    driver that leaves the step any other way (Ctrl-C) stops the workers at once, since they wait in a collective it will not join."""
+    try:
+        if announce is not None: self.send(*announce)
+        return fn(*args)
     except ValueError:
         try: _await(self.procs, self.conns, 'refused', min(30.0, self.timeout))
         except RuntimeError as e: self.fail(f"the driver refused a step that a worker did not ({e})")   # that worker waits in a collective
+        except BaseException as e: self.abandon(e); raise
         raise
     except RuntimeError as e:
         if self.error is not None or self.closed: raise
         time.sleep(0.2)                                                # let a dying worker's exit code and message arrive
         dead = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(self.procs, 1) if not p.is_alive()]
         self.fail(("worker " + ', '.join(dead) + " died" if dead else "a collective failed") + f" during the step: {e}")
+    except BaseException as e:                                         # KeyboardInterrupt, or an error of the driver's own
+        self.abandon(e); raise
+
+@patch
+def abandon(self:TPDriver, e:BaseException):
+    "The driver left a step its workers had started: stop them now, so that the next call says why at once instead of waiting `timeout` in a collective."
+    if self.error is None and not self.closed:
+        self.error = (f"the driver's part of a step was interrupted ({type(e).__name__}) while the workers waited for it in a collective; "
+                      "load the model again")
+        self.close(0.5)
 
 @patch
 def call(self:TPDriver, obj, orig, name, args, kw):
     "Run cache method `name` here and on every worker (data moves between K/V storages, e.g. KVCache.select, must happen on every rank)."
     data, _ = ship(obj, self.bufs)
     args_data, _ = ship((args, kw), self.bufs)
-    self.send('call', (data, name, args_data))
-    res = self.guard(lambda: orig(obj, *args, **kw))                   # the same call on every rank: a refusal is refused everywhere
+    res = self.guard(lambda: orig(obj, *args, **kw), announce=('call', (data, name, args_data)))   # a refusal is refused everywhere
     self.bind = storages_of((obj, res), self.bufs)                    # new storages (a new cache) get their names on the workers
     return res
 
@@ -403,6 +418,7 @@ def stats(self:TPDriver) -> list[dict]:
     try: got = _await(self.procs, self.conns, 'stats', self.timeout)
     except RuntimeError as e: self.fail(str(e))
     return [dict(calls=self.comm.calls, bytes=self.comm.bytes)] + got
+
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s2
 class _Announce(nn.Module):
@@ -417,8 +433,7 @@ class _Announce(nn.Module):
         if self.op == 'embed' and x.numel() and (int(x.min()) < 0 or int(x.max()) >= drv.vocab_size):
             bad = sorted({int(i) for i in x.flatten() if not 0 <= int(i) < drv.vocab_size})
             raise ValueError(f"token ids must be in [0, {drv.vocab_size}), got {bad[:8]}")   # refused here, before any worker is told
-        drv.send(self.op, x)
-        out = drv.guard(self.mod, x)
+        out = drv.guard(self.mod, x, announce=(self.op, x))
         if self.op == 'embed': drv.last_x = out
         return out
 
@@ -431,15 +446,24 @@ class LayerStack(nn.Module):
 
     def forward(self, x, cos, sin, cache=None, mask=None):
         drv = self._driver()
+        if cache is not None and type(cache) not in _PLAIN_CACHES: raise ValueError(_unsupported_cache(cache))   # before any worker is told
         data = None if cache is None else ship(cache, drv.bufs)[0]
-        drv.send('layers', (None if x is drv.last_x else x, cos, sin, mask, data))
+        payload = (None if x is drv.last_x else x, cos, sin, mask, data)
         drv.last_x = None
         def run(x):
             for blk in self.blocks: x = blk(x, cos, sin, cache, mask)
             return x
-        x = drv.guard(run, x)
+        x = drv.guard(run, x, announce=('layers', payload))
         if cache is not None: drv.bind = storages_of(cache, drv.bufs)     # a cache may have made new storages in this step
         return x
+
+_PLAIN_CACHES = (KVCache, PagedBatch, PackedBatch)                        # every floating-point tensor in them is K/V data, split by heads
+
+def _unsupported_cache(cache) -> str:
+    return (f"cache={type(cache).__name__}: cache= objects other than plain KV caches are not supported with tensor parallelism. Supported: "
+            "KVCache (generate, static batches, beam search), PagedKVCache batches and the Engine's packed batches. Chapter 11's caches "
+            "(SinkCache, H2OCache, SnapKVCache, QuantizedCache) hold data that is not split by heads (integer codes, rotary tables), "
+            "which the workers cannot mirror; run them on a model loaded without tensor_parallel_size")
 
 def _driver_of(obj):
     "The live driver whose workers mirror `obj`'s key/value storage, or None."
@@ -591,6 +615,7 @@ class _SwiGLU(nn.Module):
 
 def dtensor_mlp(gate:torch.Tensor, up:torch.Tensor, down:torch.Tensor, x:torch.Tensor, ranks:int=2, timeout:float=120.0) -> tuple[torch.Tensor, dict]:
     "Run the MLP on `x` split over `ranks` worker processes by `parallelize_module`; rank 0's output and the local weight shapes of each rank."
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1: raise ValueError(f"dtensor_mlp: ranks must be an integer >= 1, got {ranks!r}")
     port = _free_port()
     kw = dict(target='minillm.tensor_parallel:_dtensor_worker', size=ranks + 1, port=port, weights=(gate, up, down), x=x)
     procs, conns = _spawn_workers(ranks + 1, kw, timeout)
