@@ -195,7 +195,8 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         raise APIError("stream_options is only allowed with stream: true", param='stream_options')
     if kind is ChatCompletionRequest:
         prompts, param = [await self.encode(_chat_messages(req), 'messages')], 'messages'
-        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        asked_name = 'max_completion_tokens' if req.max_completion_tokens is not None else 'max_tokens'
+        asked = getattr(req, asked_name)
     else:
         if req.echo or req.suffix is not None:
             raise APIError("echo and suffix are not supported by this server", param='echo' if req.echo else 'suffix')
@@ -206,9 +207,9 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         p = req.prompt
         many = isinstance(p, list) and len(p) > 0 and not isinstance(p[0], int)
         if isinstance(p, list) and not p: raise APIError("prompt is empty", param='prompt')
-        prompts, param, asked = [await self.encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens
+        prompts, param, asked, asked_name = [await self.encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens, 'max_tokens'
     if asked is not None and asked > self.max_tokens:
-        raise APIError(f"max_tokens is {asked}, above this server's limit of {self.max_tokens}", param='max_tokens')
+        raise APIError(f"{asked_name} is {asked}, above this server's limit of {self.max_tokens}", param=asked_name)
     drawn = _drawn(req)
     if len(prompts) * drawn > self.max_choices:
         what = f"best_of = {drawn}" if drawn != req.n else f"n = {req.n}"
