@@ -195,7 +195,8 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         raise APIError("stream_options is only allowed with stream: true", param='stream_options')
     if kind is ChatCompletionRequest:
         prompts, param = [await self.encode(_chat_messages(req), 'messages')], 'messages'
-        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        asked_name = 'max_completion_tokens' if req.max_completion_tokens is not None else 'max_tokens'
+        asked = getattr(req, asked_name)
     else:
         if req.echo or req.suffix is not None:
             raise APIError("echo and suffix are not supported by this server", param='echo' if req.echo else 'suffix')
@@ -206,9 +207,9 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         p = req.prompt
         many = isinstance(p, list) and len(p) > 0 and not isinstance(p[0], int)
         if isinstance(p, list) and not p: raise APIError("prompt is empty", param='prompt')
-        prompts, param, asked = [await self.encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens
+        prompts, param, asked, asked_name = [await self.encode(x, 'prompt') for x in (p if many else [p])], 'prompt', req.max_tokens, 'max_tokens'
     if asked is not None and asked > self.max_tokens:
-        raise APIError(f"max_tokens is {asked}, above this server's limit of {self.max_tokens}", param='max_tokens')
+        raise APIError(f"{asked_name} is {asked}, above this server's limit of {self.max_tokens}", param=asked_name)
     drawn = _drawn(req)
     if len(prompts) * drawn > self.max_choices:
         what = f"best_of = {drawn}" if drawn != req.n else f"n = {req.n}"
@@ -273,24 +274,28 @@ def logprobs(self:Endpoints, chat:bool, d:Delta, offset:int=0) -> dict:
 
 @patch
 async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
-    "The server-sent events of a streaming request: a chunk per step per choice, an optional usage chunk, then [DONE]."
+    "The server-sent events of a streaming request: a chunk per step per choice, an optional usage chunk, then [DONE]; an error event before [DONE] if it fails."
     done, ntok, sent = 0, 0, [0] * len(hs)
-    if chat:
-        for h in hs: yield _sse(dict(head, choices=[dict(index=h.index, delta=dict(role='assistant', content=''), logprobs=None, finish_reason=None)]))
-    while done < len(hs):
-        d = await q.get()
-        if isinstance(d, Exception):
-            e = d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
-            yield _sse(e.body()); break
-        ntok += len(d.token_ids); done += d.finish_reason is not None
-        if not (d.text or d.finish_reason or want_lp): continue
-        lp = self.logprobs(chat, d, sent[d.index]) if want_lp else None
-        if chat: choice = dict(index=d.index, delta=dict(content=d.text) if d.text else {}, logprobs=lp, finish_reason=d.finish_reason)
-        else: choice = dict(index=d.index, text=d.text, logprobs=lp, finish_reason=d.finish_reason)
-        sent[d.index] += len(d.text)
-        yield _sse(dict(head, choices=[choice]))
-    else:
-        if req.stream_options is not None and req.stream_options.include_usage: yield _sse(dict(head, choices=[], usage=_usage(prompt_tokens, ntok)))
+    try:
+        if chat:
+            for h in hs: yield _sse(dict(head, choices=[dict(index=h.index, delta=dict(role='assistant', content=''), logprobs=None, finish_reason=None)]))
+        while done < len(hs):
+            d = await q.get()
+            if isinstance(d, Exception):
+                e = d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
+                yield _sse(e.body()); break
+            ntok += len(d.token_ids); done += d.finish_reason is not None
+            if not (d.text or d.finish_reason or want_lp): continue
+            lp = self.logprobs(chat, d, sent[d.index]) if want_lp else None
+            if chat: choice = dict(index=d.index, delta=dict(content=d.text) if d.text else {}, logprobs=lp, finish_reason=d.finish_reason)
+            else: choice = dict(index=d.index, text=d.text, logprobs=lp, finish_reason=d.finish_reason)
+            sent[d.index] += len(d.text)
+            yield _sse(dict(head, choices=[choice]))
+        else:
+            if req.stream_options is not None and req.stream_options.include_usage: yield _sse(dict(head, choices=[], usage=_usage(prompt_tokens, ntok)))
+    except Exception as e:                                      # a bug of ours after the 200 went out: an error event, as vLLM sends
+        _log.exception("minillm: a streaming request failed")
+        yield _sse(APIError(f"the server failed on this request ({type(e).__name__}); its log has the details", 500, 'server_error').body())
     yield _sse('[DONE]')
 
 

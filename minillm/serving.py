@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_serving.ipynb #08c00002
 from __future__ import annotations
-import asyncio, threading, time
+import asyncio, logging, threading, time, typing
 from collections import deque
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -100,6 +100,19 @@ def _union_path(loc:list[str]) -> tuple|None:
         if len(loc) > len(pat) and all(p in ('*', x) for p, x in zip(pat, loc)): return pat, tuple(loc[:len(pat)])
     return None
 
+def _model_at(model:type[BaseModel], loc:list[str]) -> type[BaseModel]|None:
+    "The pydantic model that validates the object at path `loc` of a `model` body (list indices skipped), or None."
+    for x in loc:
+        if x.isdigit(): continue
+        f = model.model_fields.get(x)
+        todo, model = [f.annotation] if f else [], None
+        while todo:                                             # `X | None`, `list[X]`: find the model inside
+            t = todo.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel): model = t; break
+            todo += typing.get_args(t)
+        if model is None: return None
+    return model
+
 def parse_body(model:type[BaseModel], body:bytes|str) -> BaseModel:
     "Validate a JSON request `body` against `model`; an `APIError` (400) naming the field, the problem and the value when it does not fit."
     try: return model.model_validate_json(body)
@@ -111,8 +124,9 @@ def parse_body(model:type[BaseModel], body:bytes|str) -> BaseModel:
         if not loc: raise APIError("the request body must be a JSON object") from None
         name = loc[0]
         if err['type'] == 'extra_forbidden':
-            allowed = ', '.join(model.model_fields)
-            raise APIError(f"unknown field {'.'.join(loc)!r}; this endpoint accepts {allowed}", param=name, code='unknown_field') from None
+            inner = _model_at(model, loc[:-1]) if len(loc) > 1 else None   # a field of a nested object: name that object's fields
+            where, allowed = (f"{'.'.join(loc[:-1])} accepts", inner) if inner else ("this endpoint accepts", model)
+            raise APIError(f"unknown field {'.'.join(loc)!r}; {where} {', '.join(allowed.model_fields)}", param=name, code='unknown_field') from None
         if err['type'] == 'missing': raise APIError(f"missing required field {'.'.join(loc)!r}", param=name) from None
         union = _union_path(loc)
         if union is not None:                                   # a union: one message for all its branches, at the union's own path
@@ -134,10 +148,11 @@ def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> Samplin
     if req.logit_bias:
         bias = {}
         for k, v in req.logit_bias.items():
-            if not (k.isascii() and k.isdigit() and int(k) < vocab_size):    # isdigit alone accepts '²' and '٣', which int() refuses
-                raise APIError(f"logit_bias keys must be token ids in [0, {vocab_size}), written as strings of ASCII digits, got {k!r}", param='logit_bias')
-            if not -100 <= v <= 100: raise APIError(f"logit_bias values must be in [-100, 100], got {v} for token {k}", param='logit_bias')
-            bias[int(k)] = v
+            digits = k.lstrip('0') or '0'                               # int() refuses more than 4,300 digits, leading zeros included
+            if not (k.isascii() and k.isdigit() and len(digits) <= len(str(vocab_size)) and int(digits) < vocab_size):   # isdigit alone accepts '²' and '٣'
+                raise APIError(f"logit_bias keys must be token ids in [0, {vocab_size}), written as strings of ASCII digits, got {_short(k)}", param='logit_bias')
+            if not -100 <= v <= 100: raise APIError(f"logit_bias values must be in [-100, 100], got {v} for token {digits}", param='logit_bias')
+            bias[int(digits)] = v
     if isinstance(req, ChatCompletionRequest):
         if req.top_logprobs is not None and not req.logprobs:
             raise APIError("top_logprobs needs logprobs: true", param='top_logprobs')
@@ -268,17 +283,21 @@ def _run(self:EngineWorker):
             while not (self._inbox or self._stopping or eng.has_unfinished()): self._cv.wait()
             cmds, stopping = list(self._inbox), self._stopping
             self._inbox.clear()
-        for c in cmds: self._command(c)
+        try:
+            for c in cmds: self._command(c)
+            if stopping: self._fail_all(APIError("the server is shutting down", 503, 'server_error'))
+            elif eng.has_unfinished():
+                try: outs = eng.step()
+                except Exception as e:                              # a fault in a step: fail this batch, keep serving
+                    self._fail_all(APIError(f"the engine failed: {type(e).__name__}: {e}", 500, 'server_error'))
+                    outs = {}
+                for rid, o in outs.items(): self._deliver(rid, o.token_ids, o.text, o.finished)
+                if len(eng.log) > 2 * self.max_log: del eng.log[:-self.max_log]
+        except Exception as e:                                      # a fault in the worker's own code: nobody may be left waiting
+            stopping = self._fault(e, cmds) or stopping
         if stopping:
-            self._fail_all(APIError("the server is shutting down", 503, 'server_error'))
+            self.accepting = False
             return
-        if not eng.has_unfinished(): continue
-        try: outs = eng.step()
-        except Exception as e:                                      # a fault in a step: fail this batch, keep serving
-            self._fail_all(APIError(f"the engine failed: {type(e).__name__}: {e}", 500, 'server_error'))
-            continue
-        for rid, o in outs.items(): self._deliver(rid, o.token_ids, o.text, o.finished)
-        if len(eng.log) > 2 * self.max_log: del eng.log[:-self.max_log]
 
 
 # %% ../nbs/08_serving.ipynb #08c00032d
@@ -341,6 +360,28 @@ def _fail_all(self:EngineWorker, err:APIError):
         r = eng.requests.get(rid)
         if r is not None and r.status != 'done': eng.cancel(rid)
         self.counts['failed'] += 1
+
+@patch
+def _fault(self:EngineWorker, e:Exception, cmds:list) -> bool:
+    """After a fault in the worker's own code (a command, a delivery, `_fail_all` itself): log it, answer every command of this round that
+    may still be waiting and every unfinished request with a 500 error, cancel and forget every request. True if the engine cannot be emptied."""
+    logging.getLogger('uvicorn.error').error("minillm: the engine thread failed; every request in flight gets a 500 error", exc_info=e)
+    err = APIError(f"the server failed on this request ({type(e).__name__}); its log has the details", 500, 'server_error')
+    for c in cmds:
+        if c[0] == 'submit': c[1][0].resolve(error=err)              # no effect on a submit that was answered already
+        elif c[0] == 'call' and not c[2].done(): c[2].set_exception(err)
+    for h in self._live.values():
+        if not h.finished: h.put(err); self.counts['failed'] += 1
+    self._live.clear()                                                 # their releases, when they come, find nothing to do
+    eng = self.engine
+    for rid in list(eng.requests):
+        try: eng.cancel(rid)                                           # a finished request is left as it is
+        except Exception: pass                                         # the engine itself may be what is broken
+        eng.requests.pop(rid, None); eng.results.pop(rid, None)
+    if eng.has_unfinished():                                           # requests it cannot cancel: stepping on would fail them again and again
+        logging.getLogger('uvicorn.error').error("minillm: the engine could not be emptied after a fault; the engine thread stops")
+        return True
+    return False
 
 @patch
 def state(self:EngineWorker) -> dict:
