@@ -47,6 +47,9 @@ class Request:
     "One request's state: prompt ids, settings, its own random generator, the tokens so far and the stop checks."
     def __init__(self, llm:LLM, prompt_ids:list[int], params:SamplingParams, request_id=None):
         self.id, self.prompt_ids, self.params = request_id, list(prompt_ids), params
+        V = llm.config.vocab_size                                          # checked here, not at the first step, where it would fail a whole batch
+        if params.logit_bias and (bad := sorted({i for k in params.logit_bias for i in ((k,) if isinstance(k, int) else k) if i >= V})):
+            raise ValueError(f"logit_bias token ids {bad} are outside the vocabulary (size {V})")
         tok = llm.tokenizer
         self.stop_ids = frozenset() if params.ignore_eos else tok.stop_token_ids
         self.eos = tuple(sorted(self.stop_ids))

@@ -284,7 +284,14 @@ def quantize_model(model:Transformer, fmt:str|torch.dtype, inplace:bool=False, c
             else: lin.weight.data = _FAKE[fmt](lin.weight.data)
     return m
 
-def _calib(llm, smooth): return None if smooth is None else torch.tensor([llm.tokenizer.encode(CALIBRATION_TEXT)])
+def _calib(llm, smooth):
+    "The calibration text's token ids `(1, T)` for SmoothQuant (None without smoothing)."
+    if smooth is None: return None
+    ids = llm.tokenizer.encode(CALIBRATION_TEXT)
+    if max(ids) >= llm.config.vocab_size:                              # a tokenizer larger than the model's embedding: nothing can run it
+        raise ValueError(f"int8 calibration: the tokenizer gives token id {max(ids)}, but the model has only {llm.config.vocab_size} "
+                         f"embedding rows; the tokenizer and the weights do not belong together")
+    return torch.tensor([ids])
 
 COMPILE_MODES = (None, 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')   # torch.compile's modes
 
