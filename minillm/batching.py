@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_batching.ipynb #07c00002
 from __future__ import annotations
-import math, os, random, sys, time
+import math, os, random, sys, threading, time
 from array import array
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -15,10 +15,11 @@ from torch.overrides import TorchFunctionMode
 from fastcore.basics import patch
 from .model import Transformer, linear
 from .weights import LLM
-from .loop import Generation, TextAssembler, encode_prompt, machine_info
+from .measure import machine_info, step_cost
+from .loop import Generation, TextAssembler, encode_prompt
 from .sampling import SamplingParams, sample, resolve_params
 from .kvcache import KVCache
-from .speculative import _history_free, step_cost
+from .speculative import _history_free
 import minillm.speculative   # chapter 06's mode registered: a batch may draft too
 
 # %% auto #0
@@ -28,7 +29,7 @@ __all__ = ['decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'ba
 
 # %% ../nbs/07_batching.ipynb #07c00104
 def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
-    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`: chapter 06's `step_cost` with `batched=True`, in ms."
+    "Median ms of one cached decoding step of B rows (one new token each) after a `context`-token prefix, for each B in `rows`: chapter 01a's `step_cost` with `batched=True`, in ms."
     return {B: s * 1e3 for B, s in step_cost(llm, rows, context, reps, batched=True).items()}
 
 
@@ -288,18 +289,21 @@ def _tiled_linear(x, weight, bias=None, tile:int=16):
     y = torch.cat([F.linear(xp[i:i + tile], weight, bias) for i in range(0, len(xp), tile)])[:M]
     return y.view(*shape[:-1], weight.shape[0])
 
+# %% ../nbs/07_batching.ipynb #07c00040q
 def _querywise_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """Attention computed one query at a time over exactly the keys that query sees, in order: the same sums whatever the batch, the padding,
-    and whether the query comes in a whole prompt, a chunk of one or a decoding step."""
+    and whether the query comes in a whole prompt, a chunk of one or a decoding step. Same arguments and result as `F.scaled_dot_product_attention`."""
     B, H, T, D = q.shape
     S, H_kv = k.shape[-2], k.shape[1]
+    if H != H_kv and not enable_gqa:
+        raise ValueError(f"batch_invariant: the query has {H} heads but the keys and values {H_kv}; pass enable_gqa=True to share each "
+                         f"key/value head among {H}/{H_kv} query heads (F.scaled_dot_product_attention refuses it too)")
+    if H % H_kv: raise ValueError(f"batch_invariant: the {H_kv} key/value heads must divide the {H} query heads")
     if attn_mask is not None and attn_mask.dtype != torch.bool:
         raise ValueError(f"batch_invariant: attn_mask must be a boolean tensor (True where a key is visible), got {attn_mask.dtype}")
     scale = 1 / math.sqrt(D) if scale is None else scale
-    if attn_mask is None:
-        m = torch.ones(T, S, dtype=torch.bool, device=q.device)
-        m = (m.tril(S - T) if is_causal else m).expand(B, T, S)
-    else: m = attn_mask.expand(B, 1, T, S)[:, 0]                           # (B, T, S) bool
+    m = torch.ones(B, T, S, dtype=torch.bool, device=q.device) if attn_mask is None else attn_mask.expand(B, 1, T, S)[:, 0]   # (B, T, S)
+    if is_causal: m = m & torch.ones(T, S, dtype=torch.bool, device=q.device).tril()   # top left, as SDPA: query t sees keys 0..t
     out, g = q.new_empty(B, H, T, D), H // H_kv
     for b in range(B):
         for t in range(T):
@@ -310,24 +314,25 @@ def _querywise_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False
             out[b, :, t] = (att.softmax(-1) @ vb)[:, 0]
     return out
 
+# %% ../nbs/07_batching.ipynb #07c00040m
 class batch_invariant(TorchFunctionMode):
     """Within `with batch_invariant():`, a row's logits do not depend on the batch around it: F.linear runs in fixed row tiles, attention one
     query at a time. An attention mask that is an object computing attention itself (chapter 07b's packed steps) runs inside the mode too."""
-    _open = 0                                                              # blocks open now, in any thread: `batch_invariant.active()`
+    _here = threading.local()                                              # blocks open now in this thread: `batch_invariant.active()`
     def __init__(self, tile:int=16):
         super().__init__()
         if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1: raise ValueError(f"tile must be an integer >= 1, got {tile!r}")
         self.tile = tile
     def __enter__(self):
-        batch_invariant._open += 1
+        batch_invariant._here.open = getattr(batch_invariant._here, 'open', 0) + 1
         return super().__enter__()
     def __exit__(self, *exc):
-        batch_invariant._open -= 1
+        batch_invariant._here.open -= 1
         return super().__exit__(*exc)
     @staticmethod
     def active() -> bool:
-        "True inside a `with batch_invariant():` block (code with a faster path that is not batch-invariant checks this)."
-        return batch_invariant._open > 0
+        "True inside a `with batch_invariant():` block of this thread, the only thread the mode applies to (code with a faster path that is not batch-invariant checks this)."
+        return getattr(batch_invariant._here, 'open', 0) > 0
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.linear: return _tiled_linear(*args, tile=self.tile, **kwargs)

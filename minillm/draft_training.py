@@ -38,7 +38,7 @@ def target_features(llm:LLM, ids:list[int]) -> tuple[torch.Tensor, torch.Tensor]
     m = llm.model
     with torch.inference_mode():
         h = m.embed_tokens(torch.tensor([ids], device=llm.device))           # (1, T, C)
-        cos, sin = rope_tables(torch.arange(len(ids), device=llm.device)[None], m.cfg.head_dim, m.cfg.rope_theta, h.dtype)
+        cos, sin = m.rope(torch.arange(len(ids), device=llm.device)[None], h.dtype)   # the model's own tables (scaled if it is)
         for layer in m.layers: h = layer(h, cos, sin)
         h = m.norm(h)[0]                                                    # (T, C)
         nxt = F.linear(h, head_weight(m)).argmax(-1)                        # (T,)
@@ -76,6 +76,7 @@ class EagleDraft(nn.Module):
         self.fc = nn.Linear(2 * C, C, bias=False)
         with torch.no_grad(): self.fc.weight[:, C:].copy_(torch.eye(C)); self.fc.weight[:, :C].mul_(0.1)  # start near "feature in, feature out"
         self.block = Block(self.cfg, 0)
+    rope = Transformer.rope                                                # the target's tables for positions: plain, or scaled as cfg.rope_scaling says
     @property
     def dtype(self): return self.fc.weight.dtype
     @property
@@ -83,7 +84,7 @@ class EagleDraft(nn.Module):
     def forward(self, feats:torch.Tensor, emb:torch.Tensor, pos:torch.Tensor, cache=None) -> torch.Tensor:
         "feats, emb: (B, T, C); pos: (B, T) positions; returns predicted next features (B, T, C)."
         x = self.fc(torch.cat([emb, feats], -1))
-        cos, sin = rope_tables(pos, self.cfg.head_dim, self.cfg.rope_theta, x.dtype)
+        cos, sin = self.rope(pos, x.dtype)
         x = self.block(x, cos, sin, cache)
         if cache is not None: cache.advance(x.shape[1])
         return x
