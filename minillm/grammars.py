@@ -208,6 +208,31 @@ def _check_grammar(g:Grammar):
             if x not in seen: seen.add(x); todo += left[x]
     return nullable
 
+def _count_nonempty(g:Grammar, nullable:list) -> tuple[Grammar, list]:
+    """`g` with every counted repetition whose body can read nothing, `x{m,n}`, written as `x'{0,n}`, where the new rule `x'` derives
+    the texts of `x` but the empty one (and the nullable flags, False for the new rules). The language is the same: a copy of `x`
+    that reads nothing can be left out, so up to n copies of `x` are up to n non-empty ones. But every copy of `x'` reads a byte, so
+    the count on the stack grows with the bytes read, not to n at every expansion."""
+    rules, names, ne, n0 = [list(a) for a in g.rules], list(g.names), {}, len(g.rules)
+    empty = lambda s: s[0] == 'r' and nullable[s[1]] or s[0] == 'n' and (s[2] == 0 or nullable[s[1]])   # s can read nothing
+    def nonempty(r) -> int:                                       # the rule for r's texts but the empty one (r a rule of g)
+        if r not in ne:
+            ne[r] = len(rules); rules.append([]); names.append(f"{names[r]}#nonempty")   # numbered first: r may reach itself
+            alts = []
+            for alt in g.rules[r]:                                # the first symbol that reads a byte is alt[i]: those before it read nothing
+                for i, s in enumerate(alt):
+                    if not empty(s): alts.append(alt[i:]); break
+                    if s[0] == 'r': alts.append([('r', nonempty(s[1]))] + alt[i + 1:])
+                    elif s[3] != 0: alts.append([('n', nonempty(s[1]) if nullable[s[1]] else s[1], 1, s[3])] + alt[i + 1:])
+            rules[ne[r]] = alts
+        return ne[r]
+    i = 0
+    while i < len(rules):                                         # the new rules too: their alternatives end with g's symbols
+        rules[i] = [[('n', nonempty(s[1]), 0, s[3]) if s[0] == 'n' and s[1] < n0 and nullable[s[1]] else s for s in alt] for alt in rules[i]]
+        i += 1
+    if len(rules) == n0: return g, nullable
+    return Grammar(rules, names, g.root), nullable + [False] * (len(rules) - n0)
+
 # %% ../nbs/05b_grammars.ipynb #gc000031-s1
 class GrammarAutomaton:
     """A pushdown recognizer over bytes run as a lazily built DFA. A state is a set of stacks; a stack is a tuple of positions in the
@@ -219,6 +244,7 @@ class GrammarAutomaton:
     a recognizer afresh (`reset`) once it holds more than `reset_at` states (and twice what the live rows needed at its last reset)."""
     def __init__(self, grammar:Grammar, max_states:int=200_000, reset_at:int=20_000):
         self.nullable = _check_grammar(grammar)                   # rule -> derives the empty string (see clip)
+        grammar, self.nullable = _count_nonempty(grammar, self.nullable)   # no counted body that reads nothing (the recognizer's grammar)
         self.grammar, self.max_states, self.pattern = grammar, max_states, f"grammar {grammar.names[grammar.root]}"
         # per position p: kind[p], and (a1, a2, a3)[p] = (lo, hi, 0) for a byte range, (rule, 0, 0) for a rule, (rule, min, max or -1) for a repetition
         kind, a1, a2, a3, self.alts = [], [], [], [], []
