@@ -4,7 +4,7 @@
 
 # %% ../nbs/05b_grammars.ipynb #gc000003
 from __future__ import annotations
-import collections, functools, json, re, time, weakref
+import collections, functools, hashlib, json, re, time, weakref
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -576,6 +576,8 @@ class GrammarConstraint(Constraint):
     path = 'grammar'
     def __init__(self, grammar:str|Grammar, kind:str='grammar', source=None, tokenizer:Tokenizer|None=None):
         text = grammar if isinstance(grammar, str) else f"{kind}:{json.dumps(source, ensure_ascii=False)}"   # what equality and hashing use (property order matters: the output follows it)
+        if not isinstance(grammar, str):                         # and the rules themselves: two grammars from one source (a schema with ws='' or ' ') differ
+            text += f" #rules:{hashlib.sha256(repr((grammar.rules, grammar.names, grammar.root)).encode()).hexdigest()}"
         self.regex, self.kind, self.source, self.tokenizer = text, kind, source if source is not None else grammar, tokenizer
         t0 = time.perf_counter()
         self.dfa = GrammarAutomaton(parse_gbnf(grammar) if isinstance(grammar, str) else grammar)
