@@ -17,7 +17,7 @@ from .constrained import SCHEMA_PATHS
 
 # %% auto #0
 __all__ = ['SPARSE_MAX', 'CACHE_BYTES', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'walk_long', 'GrammarIndex',
-           'GrammarConstraint', 'compile_grammar', 'mask_walks']
+           'GrammarConstraint', 'compile_grammar']
 
 # %% ../nbs/05b_grammars.ipynb #gc000021
 @dataclass
