@@ -382,7 +382,9 @@ def json_schema_constraint(schema, path:str='grammar'):
     path once `minillm.grammars` is imported. The result's `path` says which one it took; it is cached per schema."""
     if path not in ('regex', 'grammar'): raise ValueError(f"path must be 'regex' or 'grammar', got {path!r}")
     if not isinstance(schema, (dict, bool)): raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(schema).__name__}")
-    return _schema_cached(json.dumps(schema, ensure_ascii=False), path)
+    try: key = json.dumps(schema, ensure_ascii=False)
+    except RecursionError: raise ValueError("JSON schema nests deeper than 32 levels") from None   # too deep for json itself (hundreds of levels)
+    return _schema_cached(key, path)
 
 @functools.lru_cache(maxsize=256)
 def _schema_cached(key:str, path:str):
