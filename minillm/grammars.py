@@ -4,7 +4,7 @@
 
 # %% ../nbs/05b_grammars.ipynb #gc000003
 from __future__ import annotations
-import collections, functools, json, re, time, weakref
+import collections, functools, hashlib, json, re, time, weakref
 from dataclasses import dataclass
 import numpy as np
 import torch
@@ -16,8 +16,8 @@ from .constrained import SCHEMA_PATHS
 
 
 # %% auto #0
-__all__ = ['SPARSE_MAX', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'walk_long', 'GrammarIndex',
-           'GrammarConstraint', 'compile_grammar', 'mask_walks']
+__all__ = ['SPARSE_MAX', 'CACHE_BYTES', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'walk_long', 'GrammarIndex',
+           'GrammarConstraint', 'compile_grammar']
 
 # %% ../nbs/05b_grammars.ipynb #gc000021
 @dataclass
@@ -208,6 +208,31 @@ def _check_grammar(g:Grammar):
             if x not in seen: seen.add(x); todo += left[x]
     return nullable
 
+def _count_nonempty(g:Grammar, nullable:list) -> tuple[Grammar, list]:
+    """`g` with every counted repetition whose body can read nothing, `x{m,n}`, written as `x'{0,n}`, where the new rule `x'` derives
+    the texts of `x` but the empty one (and the nullable flags, False for the new rules). The language is the same: a copy of `x`
+    that reads nothing can be left out, so up to n copies of `x` are up to n non-empty ones. But every copy of `x'` reads a byte, so
+    the count on the stack grows with the bytes read, not to n at every expansion."""
+    rules, names, ne, n0 = [list(a) for a in g.rules], list(g.names), {}, len(g.rules)
+    empty = lambda s: s[0] == 'r' and nullable[s[1]] or s[0] == 'n' and (s[2] == 0 or nullable[s[1]])   # s can read nothing
+    def nonempty(r) -> int:                                       # the rule for r's texts but the empty one (r a rule of g)
+        if r not in ne:
+            ne[r] = len(rules); rules.append([]); names.append(f"{names[r]}#nonempty")   # numbered first: r may reach itself
+            alts = []
+            for alt in g.rules[r]:                                # the first symbol that reads a byte is alt[i]: those before it read nothing
+                for i, s in enumerate(alt):
+                    if not empty(s): alts.append(alt[i:]); break
+                    if s[0] == 'r': alts.append([('r', nonempty(s[1]))] + alt[i + 1:])
+                    elif s[3] != 0: alts.append([('n', nonempty(s[1]) if nullable[s[1]] else s[1], 1, s[3])] + alt[i + 1:])
+            rules[ne[r]] = alts
+        return ne[r]
+    i = 0
+    while i < len(rules):                                         # the new rules too: their alternatives end with g's symbols
+        rules[i] = [[('n', nonempty(s[1]), 0, s[3]) if s[0] == 'n' and s[1] < n0 and nullable[s[1]] else s for s in alt] for alt in rules[i]]
+        i += 1
+    if len(rules) == n0: return g, nullable
+    return Grammar(rules, names, g.root), nullable + [False] * (len(rules) - n0)
+
 # %% ../nbs/05b_grammars.ipynb #gc000031-s1
 class GrammarAutomaton:
     """A pushdown recognizer over bytes run as a lazily built DFA. A state is a set of stacks; a stack is a tuple of positions in the
@@ -215,10 +240,11 @@ class GrammarAutomaton:
     is complete. A counted repetition `x{m,n}` is one position whose stack entry also carries how many copies are done
     (entry `p + N*c`), so `maxLength: 32767` is a counter, not 32767 positions. States are numbered the first time they are met and each one's 256 transitions are computed once, so it has the
     interface chapter 05a's `TokenIndex` walks: `start`, `accept[s]`, `walk`, and rows of next states. A walk along one text computes
-    only the transitions it takes. `max_states` bounds the states one step may meet; between steps, `GrammarConstraint.apply` starts
+    only the transitions it takes. `max_states` bounds the states it holds at once (those met since it last started afresh); between steps, `GrammarConstraint.apply` starts
     a recognizer afresh (`reset`) once it holds more than `reset_at` states (and twice what the live rows needed at its last reset)."""
     def __init__(self, grammar:Grammar, max_states:int=200_000, reset_at:int=20_000):
         self.nullable = _check_grammar(grammar)                   # rule -> derives the empty string (see clip)
+        grammar, self.nullable = _count_nonempty(grammar, self.nullable)   # no counted body that reads nothing (the recognizer's grammar)
         self.grammar, self.max_states, self.pattern = grammar, max_states, f"grammar {grammar.names[grammar.root]}"
         # per position p: kind[p], and (a1, a2, a3)[p] = (lo, hi, 0) for a byte range, (rule, 0, 0) for a rule, (rule, min, max or -1) for a repetition
         kind, a1, a2, a3, self.alts = [], [], [], [], []
@@ -281,7 +307,7 @@ def _intern(self:GrammarAutomaton, stacks:frozenset) -> int:
     s = self.ids.get(stacks)
     if s is None:
         if len(self.sets) >= self.max_states:
-            raise ValueError(f"the grammar recognizer for {self.pattern[:60]!r} met more than {self.max_states:,} states in one step: every "
+            raise ValueError(f"the grammar recognizer for {self.pattern[:60]!r} holds more than {self.max_states:,} states (met since its last reset, or its start): every "
                              "count of a bounded repetition it reaches (each character of a string with a maxLength) is a state; lower the "
                              "bound, or make the recognizer with a larger max_states")
         s = self.ids[stacks] = len(self.sets)
@@ -456,20 +482,34 @@ def walk_long(ix, s:int) -> np.ndarray:
     return ok
 
 # %% ../nbs/05b_grammars.ipynb #gc000041-t1
+CACHE_BYTES = 256 * 2**20    # what the masks, walks and rows of every GrammarIndex together may keep, in bytes
+
 class _Recent(collections.OrderedDict):
-    "A dict that keeps only its `most` most recently used entries (the per-state caches of `GrammarIndex`)."
+    """A dict that keeps only its `most` most recently used entries (the per-state caches of `GrammarIndex`). Its entries also count
+    against one budget shared by every `_Recent`: past `CACHE_BYTES` in all, the entry used longest ago, in whichever index, goes."""
+    lru, used = collections.OrderedDict(), 0                     # (id of a dict, key) -> (the dict, bytes), used longest ago first
     def __init__(self, most:int): super().__init__(); self.most = most
     def __getitem__(self, k):
-        v = super().__getitem__(k); self.move_to_end(k); return v
+        v = super().__getitem__(k); self.move_to_end(k); _Recent.lru.move_to_end((id(self), k)); return v
     def __setitem__(self, k, v):
-        super().__setitem__(k, v); self.move_to_end(k)
-        while len(self) > self.most: self.popitem(last=False)
+        if k in self: self._drop(k)
+        super().__setitem__(k, v)
+        nb = v.nbytes if isinstance(v, np.ndarray) else v.numel() * v.element_size()
+        _Recent.lru[id(self), k] = (self, nb); _Recent.used += nb
+        while len(self) > self.most: self._drop(next(iter(self)))
+        while _Recent.used > CACHE_BYTES and len(_Recent.lru) > 2:      # the two newest stay (a mask and the row it came with)
+            (_, key), (d, _) = next(iter(_Recent.lru.items())); d._drop(key)
+    def _drop(self, k):
+        super().__delitem__(k); _Recent.used -= _Recent.lru.pop((id(self), k))[1]
+    def clear(self):
+        for k in list(self): self._drop(k)
 
 class GrammarIndex(TokenIndex):
     """05a's `TokenIndex` over a `GrammarAutomaton`: the same masks and prefix cache. A mask is the OR of two exact walks: tokens of at
     most `L` bytes walked from the state clipped for `L` bytes (cached under that state: every count of a long string shares it), and
     the few longer tokens walked from the state itself. A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states).
-    Masks and walks are kept for the `cache` states used last, rows of end states for a quarter of that (a row is 4 bytes a token)."""
+    Masks and walks are kept for the `cache` states used last, rows of end states for a quarter of that (a row is 4 bytes a token),
+    and all of them, in every index, within `CACHE_BYTES`."""
     def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True, cache:int=512):
         super().__init__(dfa, vocab, block)
         self.fast, self.cache, (self.L, self.r_short), self.slack = fast, cache, _split(vocab)[:2], 0   # slack: tests only (a key too coarse)
@@ -478,6 +518,8 @@ class GrammarIndex(TokenIndex):
 
     def forget(self):
         "Drop every cached mask, walk, row and prefix state (the recognizer was reset: its state numbers mean something else now)."
+        for d in (getattr(self, k, None) for k in ('next', 'banned', 'short', 'long')):
+            if isinstance(d, _Recent): d.clear()                 # their bytes leave the shared budget
         self.next, self.banned, self.short, self.long = _Recent(max(self.cache // 4, 1)), _Recent(self.cache), _Recent(self.cache), _Recent(self.cache)
         self._after = {}
         self.canon = np.full((int(np.log2(len(self.vocab.levels))) + 2, 1), DEAD, np.int32)   # [r, state] -> the state clipped for 2**r bytes (-2: not yet)
@@ -511,10 +553,12 @@ class GrammarIndex(TokenIndex):
         if state in self.banned: return self.banned[state]
         if not self.fast or not self.dfa.counted(state): self._add([state]); return self.banned[state]   # no bound: 05a's walk
         k = int(self.clipped(np.array([state]), self.r_short[0])[0])        # r_short[0]: 2**r >= L, at the root
-        if k not in self.short: self.short[k] = walk_tokens(self.dfa, self.vocab, [k], self.L, lambda st, d: self.clipped(st, self.r_short[d]))[0] >= 0
+        short = self.short[k] if k in self.short else None        # read once: a later insertion may push it out of the budget
+        if short is None: short = self.short[k] = walk_tokens(self.dfa, self.vocab, [k], self.L, lambda st, d: self.clipped(st, self.r_short[d]))[0] >= 0
         kl = int(self.clipped(np.array([state]), len(self.canon) - 1)[0])   # clipped for every token's length
-        if kl not in self.long: self.long[kl] = walk_long(self, kl)
-        ban = torch.from_numpy(~(self.short[k] | self.long[kl]))
+        long = self.long[kl] if kl in self.long else None
+        if long is None: long = self.long[kl] = walk_long(self, kl)
+        ban = torch.from_numpy(~(short | long))
         if self.dfa.accept[state]: ban[self.stop] = False
         self.banned[state] = ban; self.rows_built += 1
         return ban
@@ -532,6 +576,8 @@ class GrammarConstraint(Constraint):
     path = 'grammar'
     def __init__(self, grammar:str|Grammar, kind:str='grammar', source=None, tokenizer:Tokenizer|None=None):
         text = grammar if isinstance(grammar, str) else f"{kind}:{json.dumps(source, ensure_ascii=False)}"   # what equality and hashing use (property order matters: the output follows it)
+        if not isinstance(grammar, str):                         # and the rules themselves: two grammars from one source (a schema with ws='' or ' ') differ
+            text += f" #rules:{hashlib.sha256(repr((grammar.rules, grammar.names, grammar.root)).encode()).hexdigest()}"
         self.regex, self.kind, self.source, self.tokenizer = text, kind, source if source is not None else grammar, tokenizer
         t0 = time.perf_counter()
         self.dfa = GrammarAutomaton(parse_gbnf(grammar) if isinstance(grammar, str) else grammar)

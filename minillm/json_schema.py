@@ -219,9 +219,25 @@ def _norm_schema(s:dict) -> dict:
 def _types(s:dict) -> set[str]:
     "The JSON types a schema admits by its `type` (integer counts as a kind of number)."
     t = s.get('type', list(TYPES))
-    ts = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+    ts = {t} if isinstance(t, str) else set(t) if isinstance(t, list) and all(isinstance(x, str) for x in t) else None
     if not ts or not ts <= set(TYPES): raise ValueError(f"JSON schema: type {t!r} must be one of {', '.join(TYPES)} or a list of them")
     return ts
+
+_COUNTS = ('minLength', 'maxLength', 'minItems', 'maxItems', 'minProperties', 'maxProperties')
+_BOUNDS = ('minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum')
+
+def _check_values(s:dict):
+    "A ValueError that names the keyword when a value `_merge` compares, joins or intersects has the wrong JSON type (a count, a bound, required, enum, a list of subschemas)."
+    for k in _COUNTS:
+        if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {s[k]!r}")
+    for k in _BOUNDS:
+        if k in s and (isinstance(s[k], bool) or not isinstance(s[k], (int, float)) or not math.isfinite(s[k])):
+            raise ValueError(f"JSON schema: '{k}' must be a finite number, got {s[k]!r}")
+    if 'required' in s and not (isinstance(s['required'], list) and all(isinstance(r, str) for r in s['required'])):
+        raise ValueError(f"JSON schema: 'required' must be a list of property names (strings), got {s['required']!r}")
+    if 'enum' in s and not (isinstance(s['enum'], list) and s['enum']): raise ValueError(f"JSON schema: 'enum' must be a non-empty list, got {s['enum']!r}")
+    for k in ('allOf', 'anyOf', 'oneOf'):
+        if k in s and not (isinstance(s[k], list) and s[k]): raise ValueError(f"JSON schema: '{k}' must be a non-empty list of schemas, got {s[k]!r}")
 
 _TIGHTER = {'minimum': max, 'exclusiveMinimum': max, 'minLength': max, 'minItems': max, 'minProperties': max,
             'maximum': min, 'exclusiveMaximum': min, 'maxLength': min, 'maxItems': min, 'maxProperties': min}
@@ -239,7 +255,7 @@ def _merge_objects(a:dict, b:dict) -> dict:
     """properties, additionalProperties and patternProperties of `a` AND `b`. A name listed on one side only must also satisfy what
     the other side says of an unlisted name (its patternProperties where one matches, else its additionalProperties)."""
     pa, pb = a.get('properties', {}), b.get('properties', {})
-    xa, xb = a.get('additionalProperties', True), b.get('additionalProperties', True)
+    xa, xb = (True if x == {} else x for x in (a.get('additionalProperties', True), b.get('additionalProperties', True)))   # {} is true
     qa, qb = a.get('patternProperties', {}), b.get('patternProperties', {})
     if not all(isinstance(x, dict) for x in (pa, pb, qa, qb)): raise ValueError("JSON schema: 'properties' and 'patternProperties' must be dicts")
     if qa and qb and _jkey(qa) != _jkey(qb): raise ValueError("JSON schema: combining two different 'patternProperties' is not supported")
@@ -270,6 +286,7 @@ def _merge_arrays(a:dict, b:dict) -> dict:
 def _merge(a:dict, b:dict) -> dict:
     "One schema that holds exactly when both `a` and `b` hold (allOf, or anyOf/$ref with siblings); a ValueError where that is not expressible."
     a, b = _norm_schema(a), _norm_schema(b)
+    _check_values(a); _check_values(b)                            # before max/min, + and set operations meet a string or a number
     out = dict(a)
     for keys, merge in ((('properties', 'additionalProperties', 'patternProperties'), _merge_objects), (('prefixItems', 'items'), _merge_arrays)):
         if any(k in a or k in b for k in keys):
@@ -370,8 +387,9 @@ def _array_regex(s:dict, rec, ws:str) -> str:
 # %% ../nbs/05c_json_schema.ipynb #cc000055-t1
 def _object_regex(s:dict, rec, ws:str) -> str:
     "An object: listed properties in the schema's order (optional ones may be left out; extras never written), or a map of any keys when none are listed."
-    props, req, addl = dict(s.get('properties', {})), list(s.get('required', [])), s.get('additionalProperties', True)
-    if not isinstance(props, dict) or not isinstance(req, list): raise ValueError("JSON schema: 'properties' must be a dict and 'required' a list")
+    props, req, addl = s.get('properties', {}), s.get('required', []), s.get('additionalProperties', True)
+    if not isinstance(props, dict): raise ValueError(f"JSON schema: 'properties' must be a dict of property names to schemas, got {props!r}")
+    _check_values({'required': req}); props, req = dict(props), list(req)
     lo, hi = s.get('minProperties', 0), s.get('maxProperties')
     for k, v in (('minProperties', lo), ('maxProperties', hi)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0): raise ValueError(f"JSON schema: '{k}' must be an integer >= 0, got {v!r}")

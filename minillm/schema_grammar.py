@@ -92,13 +92,13 @@ def _json_type(v) -> str:
 class _SchemaGrammar:
     "JSON Schema -> grammar rules: one rule per distinct subschema and per `$ref` target (so recursion is a rule that uses itself)."
     def __init__(self, root, ws:str=' '):
-        self.root, self.b, self.memo, self.refs = root, _RuleBuilder(), {}, {}
+        self.root, self.b, self.memo, self.refs, self.depth = root, _RuleBuilder(), {}, {}, 0
         self.ws = ('r', self.b.rule('ws', [self.b.lit(ws), []])) if ws else None
         self.any = None
 
     def sym(self, schema, refs:tuple=()) -> tuple:
-        "A symbol for the JSON texts valid under `schema` (rules made once per distinct subschema)."
-        key = (_jkey(schema), refs)
+        "A symbol for the JSON texts valid under `schema` (rules made once per distinct subschema; property order counts, as the output follows it)."
+        key = (json.dumps(schema, ensure_ascii=False), refs)
         if key not in self.memo:
             r = self.memo[key] = self.b.rule('value' if len(self.memo) == 0 else f"s{len(self.memo)}")
             try: self.b.rules[r] = self.alts(schema, refs)
@@ -112,6 +112,13 @@ class _SchemaGrammar:
             try: self.b.rules[r] = self.alts(_resolve(self.root, ref))
             except ValueError: del self.refs[ref]; self.b.rules[r] = []; raise
         return ('r', self.refs[ref])
+
+    def alts(self, schema, refs:tuple=()) -> list:
+        "`_alts` one level deeper: past 32 levels of nesting a ValueError, at the depth where chapter 05c's `schema_to_regex` refuses, not a RecursionError."
+        if self.depth > 32: raise ValueError("JSON schema nests deeper than 32 levels")
+        self.depth += 1
+        try: return self._alts(schema, refs)
+        finally: self.depth -= 1
 
     def _w(self): return [self.ws] if self.ws else []
 
@@ -129,7 +136,7 @@ class _SchemaGrammar:
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000011-m1
 @patch
-def alts(self:_SchemaGrammar, schema, refs:tuple=()) -> list:
+def _alts(self:_SchemaGrammar, schema, refs:tuple=()) -> list:
     "The alternatives (lists of symbols) of `schema`; a keyword it cannot enforce raises a ValueError naming it."
     if len(refs) > 32: raise ValueError("JSON schema: $ref with sibling keywords nests deeper than 32 levels")
     if schema is True or schema == {}: return [[self.any_value()]]
@@ -202,11 +209,14 @@ def _either(self:_SchemaGrammar, s:dict, comb:str, refs:tuple) -> list:
 # %% ../nbs/05d_schema_grammar.ipynb #gs000011-m2
 @patch
 def enum(self:_SchemaGrammar, s:dict) -> list:
-    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema`), each a literal."
+    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (a string format as 05c writes it, the rest checked by `jsonschema`), each a literal."
     vals = [s['const']] if 'const' in s else s['enum']
     if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
     if 'const' in s and 'enum' in s: vals = [v for v in vals if _vkey(v) in {_vkey(x) for x in s['enum']}]
     rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
+    from minillm.json_schema import STRING_FORMATS                    # the formats this path writes (05c's), checked on the values as 05c does
+    if isinstance(fmt := rest.get('format'), str) and fmt in STRING_FORMATS:
+        vals = [v for v in vals if not isinstance(v, str) or re.fullmatch(STRING_FORMATS[fmt], v)]
     if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
     elif rest:
         import jsonschema
@@ -270,8 +280,11 @@ def object(self:_SchemaGrammar, s:dict) -> list:
     listed, a map: keys matching a patternProperties pattern (or any key, or a `propertyNames` string), values of that schema."""
     import jsonschema
     b, w, sep = self.b, self._w(), self.b.lit(',') + self._w()
-    props, req, addl = dict(s.get('properties', {})), list(s.get('required', [])), s.get('additionalProperties', True)
-    if not isinstance(props, dict) or not isinstance(req, list): raise ValueError("JSON schema: 'properties' must be a dict and 'required' a list")
+    props, req, addl = s.get('properties', {}), s.get('required', []), s.get('additionalProperties', True)
+    if not isinstance(props, dict): raise ValueError(f"JSON schema: 'properties' must be a dict of property names to schemas, got {props!r}")
+    if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
+        raise ValueError(f"JSON schema: 'required' must be a list of property names (strings), got {req!r}")
+    props, req = dict(props), list(req)
     pp, pn = s.get('patternProperties', {}), s.get('propertyNames', True)
     lo, hi = _count(s, 'minProperties', 'maxProperties')
     for r in req:                                                # a required name with no entry: its patternProperties, else additionalProperties
@@ -369,7 +382,9 @@ def json_schema_constraint(schema, path:str='grammar'):
     path once `minillm.grammars` is imported. The result's `path` says which one it took; it is cached per schema."""
     if path not in ('regex', 'grammar'): raise ValueError(f"path must be 'regex' or 'grammar', got {path!r}")
     if not isinstance(schema, (dict, bool)): raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(schema).__name__}")
-    return _schema_cached(json.dumps(schema, ensure_ascii=False), path)
+    try: key = json.dumps(schema, ensure_ascii=False)
+    except RecursionError: raise ValueError("JSON schema nests deeper than 32 levels") from None   # too deep for json itself (hundreds of levels)
+    return _schema_cached(key, path)
 
 @functools.lru_cache(maxsize=256)
 def _schema_cached(key:str, path:str):
