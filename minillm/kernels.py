@@ -93,9 +93,13 @@ def _check_width(lin, x, silu_mul):
     k = lin.in_features * (2 if silu_mul else 1)
     if x.shape[-1] != k: raise ValueError(f"{type(lin).__name__}: x has {x.shape[-1]} columns, the layer takes {k}" + (f" ([gate, up], twice in_features = {lin.in_features})" if silu_mul else ""))
 def _check_blocks(name, N, K, bias):
-    "The checks both block layers make on their sizes: K a multiple of 32, a bias of N values."
+    "The checks both block layers make on their sizes: N >= 1 outputs, K a positive multiple of 32, a bias of N values."
+    if N < 1 or K < 1: raise ValueError(f"{name}: N = {N} outputs, K = {K} inputs per row; a layer needs at least one of each (K at least one block of 32)")
     if K % 32: raise ValueError(f"{name}: K = {K} inputs per row, not a multiple of 32 (a GGUF block holds 32 weights)")
     if bias is not None and tuple(bias.shape) != (N,): raise ValueError(f"{name}: bias must have {N} values (one per output), got shape {tuple(bias.shape)}")
+def _stamp(*ts):
+    "What a copy made from the tensors `ts` depends on: each one's identity, storage and version (a buffer replaced, `.data =`, and `load_state_dict`'s in-place copy each change it; inference tensors keep no version)."
+    return tuple((id(t), t.data_ptr(), 0 if t.is_inference() else t._version) for t in ts)
 _EDITS = [0]                                               # how many attributes of block layers were set: the one-call step's cached weights check it
 def _counted_setattr(self, name, value):
     "`nn.Module.__setattr__`, counted in `_EDITS`, so that a buffer replaced after a step (`lin.d = ...`) rebuilds the step's weight list."
@@ -119,7 +123,6 @@ class Q4_1Linear(nn.Module):
         self.register_buffer('bias', None if bias is None else bias.detach().float())
         self.fast = qkernels()
         self.act = check_activations(act or default_activations())
-        if not self.fast: self._pack()
 
     @classmethod
     def from_float(cls, w:torch.Tensor, bias=None, act:str|None=None) -> Q4_1Linear:
@@ -137,10 +140,16 @@ class Q4_1Linear(nn.Module):
         return (self.codes().view(N, K // 32, 32).float() * self.d.float()[..., None] + self.m.float()[..., None]).view(N, K)
 
     def _pack(self):                                       # fallback: torch's int4 kernel, w = (q - 8) * s + z, so z = m + 8 d
+        "`(packed codes, scales and offsets)` for torch's int4 kernel, made from the buffers and remade when any of them changes."
+        key = _stamp(self.qs, self.d, self.m)
+        done = self.__dict__.get('_packed')                # kept outside the module's buffers: `state_dict` holds only the blocks
+        if done is not None and done[0] == key: return done[1]
         pad = -self.out_features % 16                      # it wants a multiple of 16 rows
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(F.pad(self.codes(), (0, 0, 0, pad)), 2)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(F.pad(self.codes(), (0, 0, 0, pad)), 2)
         d, m = F.pad(self.d.float(), (0, 0, 0, pad)), F.pad(self.m.float(), (0, 0, 0, pad))
-        self.sz = torch.stack([d.t(), (m + 8 * d).t()], -1).contiguous().bfloat16()      # (K/32, N + pad, 2)
+        sz = torch.stack([d.t(), (m + 8 * d).t()], -1).contiguous().bfloat16()      # (K/32, N + pad, 2)
+        self.__dict__['_packed'] = (key, (packed, sz))
+        return packed, sz
 
     def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N)
         "`x @ W^T`; with `norm` (an `RMSNorm`) of `norm(x)`, with `silu_mul` of SwiGLU's `silu(gate) * up` for `x = [gate, up]` (..., 2K), plus `residual` if given."
@@ -149,8 +158,9 @@ class Q4_1Linear(nn.Module):
             return _plus_bias(torch.ops.minillm.q4_1_qmm(x.float().contiguous(), self.qs, self.d, self.m, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
         x = _before(x, norm, silu_mul)
         if self.fast: y = torch.ops.minillm.q4_1_mm(x.float().contiguous(), self.qs, self.d, self.m)   # no copies for a float32 x
-        else: y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, self.in_features).bfloat16(), self.packed, 32,
-                                                             self.sz)[:, :self.out_features].float().view(*x.shape[:-1], -1)
+        else:
+            packed, sz = self._pack()
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(-1, self.in_features).bfloat16(), packed, 32, sz)[:, :self.out_features].float().view(*x.shape[:-1], -1)
         return _plus_bias(y if residual is None else y + residual, self)
 
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'torch int4'}"
@@ -171,7 +181,6 @@ class Q8_0Linear(nn.Module):
         self.register_buffer('bias', None if bias is None else bias.detach().float())
         self.fast = qkernels()
         self.act = check_activations(act or default_activations())
-        if not self.fast: self.w = self.dequantized_weight()
 
     @classmethod
     def from_float(cls, w:torch.Tensor, bias=None, act:str|None=None) -> Q8_0Linear:
@@ -181,12 +190,18 @@ class Q8_0Linear(nn.Module):
         N, K = self.out_features, self.in_features
         return (self.qs.view(N, K // 32, 32).float() * self.d.float()[..., None]).view(N, K)
 
+    def _float_weight(self) -> torch.Tensor:               # fallback: the dequantized weight, remade when `qs` or `d` changes
+        key = _stamp(self.qs, self.d)
+        done = self.__dict__.get('_w')
+        if done is None or done[0] != key: done = self.__dict__['_w'] = (key, self.dequantized_weight())
+        return done[1]
+
     def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N), as `Q4_1Linear`
         _check_width(self, x, silu_mul)
         if self.fast and self.act != 'float32':
             return _plus_bias(torch.ops.minillm.q8_0_qmm(x.float().contiguous(), self.qs, self.d, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
         x = _before(x, norm, silu_mul)
-        y = torch.ops.minillm.q8_0_mm(x.float().contiguous(), self.qs, self.d) if self.fast else F.linear(x.float(), self.w)
+        y = torch.ops.minillm.q8_0_mm(x.float().contiguous(), self.qs, self.d) if self.fast else F.linear(x.float(), self._float_weight())
         return _plus_bias(y if residual is None else y + residual, self)
 
     def extra_repr(self): return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, kernel={f'C++, {self.act} activations' if self.fast else 'float32'}"
@@ -266,7 +281,7 @@ static void check_block(at::TensorList w, int64_t C, int64_t H, int64_t Hkv, int
     TORCH_CHECK((q4 || q.scalar_type() == at::kChar) && q.dim() == 2 && q.is_contiguous() && (rows[p] < 0 || q.size(0) == rows[p]),
                 "projection ", p, " of the block: codes must be contiguous uint8 (Q4_1) or int8 (Q8_0) with ", rows[p], " rows");
     const int64_t K = q4 ? q.size(1) * 2 : q.size(1);
-    TORCH_CHECK(K == cols[p] && K % 32 == 0, "projection ", p, " of the block: ", K, " inputs, expected ", cols[p], " (a multiple of 32)");
+    TORCH_CHECK(K == cols[p] && K > 0 && K % 32 == 0, "projection ", p, " of the block: ", K, " inputs, expected ", cols[p], " (a multiple of 32, at least 32)");
     for (int j = 1; j < 3; ++j) TORCH_CHECK(w[first[p] + j].scalar_type() == at::kHalf && w[first[p] + j].is_contiguous() && w[first[p] + j].numel() == q.size(0) * (K / 32),
                                             "projection ", p, " of the block: scales and minimums must be contiguous float16 (N, K/32)");
   }
@@ -412,10 +427,16 @@ def _projections(m):
         out += (a['qkv_proj'], a['o_proj'], f['gate_up_proj'], f['down_proj'])
     return out + [m._modules['lm_head']]
 
+def _norm_key(m):
+    "Identity, storage and eps of every norm weight of `m`, then the embedding's: what the step's cached list holds besides the projections' buffers (a weight replaced, `.data =` or a new eps changes it)."
+    ns = [n for b in m._modules['layers']._modules.values() for n in (b._modules['input_layernorm'], b._modules['post_attention_layernorm'])]
+    ws = [n._parameters['weight'] for n in ns + [m._modules['norm']]] + [m._modules['embed_tokens']._parameters['weight']]
+    return tuple((id(w), w.data_ptr()) for w in ws) + tuple(n.eps for n in ns)
+
 def _step_weights(m):
-    "`(key, weights, eps, head, act, other, modules)` for `model_decode`, cached on `m` and rebuilt when a projection is replaced or any block layer's attribute is set (its buffers, its activations: `_EDITS`); `act` None where a layer is not a C++ block layer with integer activations."
+    "`(key, weights, eps, head, act, other, modules)` for `model_decode`, cached on `m` and rebuilt when a projection is replaced, any block layer's attribute is set (its buffers, its activations: `_EDITS`), or a norm or the embedding changes its weight or eps (`_norm_key`); `act` None where a layer is not a C++ block layer with integer activations."
     lins = _projections(m)
-    key = (tuple((id(l), l.__dict__.get('act')) for l in lins), _EDITS[0])
+    key = (tuple((id(l), l.__dict__.get('act')) for l in lins), _EDITS[0], _norm_key(m))
     cached = m.__dict__.get('_step_cache')
     if cached is not None and cached[0] == key: return cached
     act = lins[0].__dict__.get('act', 'float32')

@@ -187,6 +187,7 @@ _QK_Q8_0 = r"""static void q8_0_rows(const float* x, int64_t K, const int8_t* qs
 # %% ../nbs/09a_kernel_source.ipynb #blk-src-2b
 _QK_DRIVE = r"""static void check(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d, int64_t N, int64_t K) {
   TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x must be a contiguous float32 tensor (..., K)");
+  TORCH_CHECK_VALUE(K > 0, "the weight has K = ", K, " columns: it needs at least one block of 32");   // M = numel / K below
   TORCH_CHECK(K % 32 == 0, "the weight has ", K, " columns, not a multiple of 32 (its blocks hold 32 weights each)");
   TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " columns, the weight ", K);
   TORCH_CHECK(d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32), "d must be (N, K/32) float16");
@@ -564,6 +565,7 @@ static at::Tensor qact_mm(const at::Tensor& x, const at::Tensor& qs, const at::T
                           const c10::optional<at::Tensor>& norm, double eps, const c10::optional<at::Tensor>& residual, bool silu_mul) {
   const int64_t N = qs.size(0), K = q4 ? qs.size(1) * 2 : qs.size(1), Kx = silu_mul ? 2 * K : K;
   TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.size(-1) == Kx, "x must be contiguous float32 (..., ", Kx, ")");
+  TORCH_CHECK_VALUE(K > 0, "the weight has K = ", K, " columns: it needs at least one block of 32");   // M = numel / Kx below
   TORCH_CHECK(K % 32 == 0 && d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * (K / 32) && qs.is_contiguous(), "the weight needs K a multiple of 32, d (N, K/32) float16 and contiguous codes");
   TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
   TORCH_CHECK(!(norm.has_value() && silu_mul), "norm and silu_mul exclude each other");
