@@ -14,7 +14,7 @@ from .weights import LLM, Tokenizer, _bytes_to_unicode
 import functools
 import minillm.sampling as _sampling
 from .sampling import SamplingParams, process_logits, resolve_params, control_style
-from .loop import machine_info
+from .measure import machine_info
 
 # %% auto #0
 __all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'ANY_KEY', 'REGEX_KINDS', 'BACKENDS', 'SCHEMA_PATHS',

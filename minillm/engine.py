@@ -15,10 +15,12 @@ from torch.overrides import TorchFunctionMode
 from fastcore.basics import patch
 from .model import Transformer, rope_tables, linear
 from .weights import LLM
-from .loop import Generation, TextAssembler, encode_prompt, machine_info
+from .loop import Generation, TextAssembler, encode_prompt
+from .measure import machine_info
 from .sampling import SamplingParams, sample, resolve_params, process_logits, sample_params
 from .kvcache import KVCache
-from .speculative import make_draft, draft_picker, verify_round, _history_free, step_cost
+from .speculative import make_draft, draft_picker, verify_round, _history_free
+from .measure import step_cost
 import minillm.speculative   # chapter 06's mode registered: a batch may draft too
 from .batching import *   # chapter 07: Request, pick_rows, forward_rows, PagedKVCache, PagedBatch, decode_step_ms
 

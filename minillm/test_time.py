@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from .weights import LLM
-from .loop import Generation, encode_prompt, machine_info
+from .loop import Generation, encode_prompt
+from .measure import machine_info
 from .sampling import SamplingParams, sample_params, FrameView, control_style
 from .kvcache import KVCache
 from .batching import batch_logits
