@@ -24,7 +24,7 @@ import minillm.speculative   # chapter 06's mode registered: a batch may draft t
 
 # %% auto #0
 __all__ = ['decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
-           'generate_batch', 'generate_n', 'generate_many', 'batch_logits', 'batch_invariant', 'OutOfBlocks',
+           'generate_batch', 'batch_call', 'generate_many', 'batch_logits', 'batch_invariant', 'OutOfBlocks',
            'PagedKVCache', 'PagedBatch']
 
 # %% ../nbs/07_batching.ipynb #07c00104
@@ -219,49 +219,33 @@ def generate_batch(llm:LLM, prompts:list, params=None, **kwargs) -> list[Generat
 # %% ../nbs/07_batching.ipynb #07c00031
 from .loop import GenerateMode, register_mode
 
-def generate_n(llm:LLM, prompts:list, plist:list[SamplingParams]) -> list:
-    "Serve `prompts` (some with `n` > 1) on an `Engine` sized for them: each prompt prefilled once, its blocks shared by its samples. One entry per prompt: a `Generation`, or a list of `n`."
-    from minillm.engine import Engine   # chapter 07b; imported here, when called, since it imports this module
-    lens = [len(encode_prompt(llm, q, pp.max_new_tokens)) for q, pp in zip(prompts, plist)]   # bad prompts: ValueError here
-    blocks = sum(pp.n * (-(-(L + pp.max_new_tokens) // 16) + 1) for L, pp in zip(lens, plist))   # every sample's own blocks, and one to copy
-    eng = Engine(llm, max_batch_size=sum(pp.n for pp in plist), num_blocks=blocks, block_size=16, max_tokens_per_step=None)
-    return eng.generate(prompts, plist)
-
 def _asks_n(params, kw) -> bool:
     ps = params if isinstance(params, (list, tuple)) else [params]
     return kw.get('n', 1) != 1 or any(isinstance(p, SamplingParams) and p.n > 1 for p in ps)
 
-def generate_many(llm:LLM, prompt, kw:dict):
-    """This chapter's mode: a list of prompts (one static batch; a list of `Generation`s in input order), or `n` > 1 samples of each
-    prompt (sample i seeded `seed + i`) served by an `Engine` that prefills each prompt once: a list of `n` `Generation`s for one prompt,
-    a list of such lists for a list of prompts. Drafts work in a batch (each row its own drafter), not with `n` > 1."""
+def batch_call(prompt, kw:dict) -> tuple[bool, list[SamplingParams], dict]:
+    "A call's parts: is `prompt` a list of prompts, one `SamplingParams` per prompt, and the loop's own keywords (`draft`, `num_draft_tokens`, `max_ngram`, `use_cache`)."
     kw = dict(kw)
-    draft, num_draft_tokens, max_ngram = kw.pop('draft', None), kw.pop('num_draft_tokens', None), kw.pop('max_ngram', 3)
-    use_cache, params = kw.pop('use_cache', True), kw.pop('params', None)
-    batch = is_batch(prompt)
+    loop = dict(draft=kw.pop('draft', None), num_draft_tokens=kw.pop('num_draft_tokens', None), max_ngram=kw.pop('max_ngram', 3),
+                use_cache=kw.pop('use_cache', True))
+    params, batch = kw.pop('params', None), is_batch(prompt)
     if not batch and isinstance(params, (list, tuple)): raise ValueError("a list of SamplingParams needs a list of prompts (one params per prompt)")
-    plist = batch_params(len(prompt) if batch else 1, params, **kw)
-    if any(pp.n > 1 for pp in plist):
-        if draft is not None: raise ValueError("n > 1 samples do not combine with a speculative draft here: drop draft= or ask for n=1")
-        if not use_cache: raise ValueError("n > 1 samples share the prompt's KV cache blocks: use_cache must be True")
-        out = generate_n(llm, prompt if batch else [prompt], plist)
-        return out if batch else out[0]
-    if not use_cache: raise ValueError("batched generation needs the KV cache (use_cache=True)")
-    reqs = [Request(llm, encode_prompt(llm, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompt, plist))]
-    if draft is None:
-        if num_draft_tokens is not None or max_ngram != 3:
-            raise ValueError("num_draft_tokens and max_ngram only apply with a draft: pass draft=\"prompt_lookup\" or draft=<LLM>")
-        return run_batch(llm, reqs)
-    if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, (int, type(None))) or (num_draft_tokens or 1) < 1:
-        raise ValueError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
-    if not (isinstance(draft, (str, LLM))):
-        raise ValueError("in a batch, draft must be \"prompt_lookup\" or a draft LLM (each row gets its own drafter); "
-                         f"a drafter object cannot be shared by several rows, got {type(draft).__name__}")
-    from minillm.engine import run_speculative_batch   # chapter 07b
-    return run_speculative_batch(llm, reqs, draft, 5 if num_draft_tokens is None else num_draft_tokens, max_ngram)
+    return batch, batch_params(len(prompt) if batch else 1, params, **kw), loop
 
-register_mode(GenerateMode('batch and n', '07', {}, 'a list of prompts or params, or n > 1', generate=generate_many,
-                           claims=lambda prompt, kw: is_batch(prompt) or isinstance(kw.get('params'), (list, tuple)) or _asks_n(kw.get('params'), kw)))
+def generate_many(llm:LLM, prompt, kw:dict) -> list[Generation]:
+    """This chapter's mode: a list of prompts as one static batch, a list of `Generation`s in input order. `n` > 1 samples and drafts
+    in a batch run on chapter 07b's `Engine`, which registers its own modes for them."""
+    batch, plist, loop = batch_call(prompt, kw)
+    if any(pp.n > 1 for pp in plist) or loop['draft'] is not None:
+        raise ValueError(f"{'n > 1 samples' if any(pp.n > 1 for pp in plist) else 'a batch with draft='} run on chapter 07b's engine: "
+                         "import minillm.engine (or minillm.all)")
+    if not loop['use_cache']: raise ValueError("batched generation needs the KV cache (use_cache=True)")
+    if loop['num_draft_tokens'] is not None or loop['max_ngram'] != 3:
+        raise ValueError("num_draft_tokens and max_ngram only apply with a draft: pass draft=\"prompt_lookup\" or draft=<LLM>")
+    return run_batch(llm, [Request(llm, encode_prompt(llm, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompt, plist))])
+
+register_mode(GenerateMode('batch', '07', {}, 'a list of prompts or of params', generate=generate_many,
+                           claims=lambda prompt, kw: is_batch(prompt) or isinstance(kw.get('params'), (list, tuple))))
 
 # %% ../nbs/07_batching.ipynb #07c00070
 def batch_logits(llm:LLM, prompts:list, steps:int=1) -> list[torch.Tensor]:
@@ -523,15 +507,3 @@ class PagedBatch:
         "Forget the last `n` positions of every row, or of `row` only."
         for s in (self.seq_ids if row is None else [self.seq_ids[row]]): self.pool.set_length(s, self.pool._len[s] - n)
         self._plan = None
-
-# %% ../nbs/07_batching.ipynb #07c00900
-_MOVED = ('DEFAULT_TOKENS_PER_STEP', 'StepOutput', 'check_engine_args', 'Engine', 'SegmentedAttention',
-          'PackedBatch', 'forward_packed', 'attention_lse', 'merge_attention', 'shared_prefixes', 'block_hashes',
-          'run_speculative_batch', 'serving_metrics')   # chapter 07b's names (minillm.engine.__all__)
-
-def __getattr__(name:str):
-    "A name that moved to chapter 07b (`minillm.engine`): import that module on first use and return its object."
-    if name in _MOVED:
-        import minillm.engine
-        return getattr(minillm.engine, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json, math, re, time, weakref
 from dataclasses import dataclass, field
+from typing import Callable
 import numpy as np
 import torch
 from fastcore.basics import patch
@@ -13,11 +14,11 @@ from .weights import LLM, Tokenizer, _bytes_to_unicode
 import functools
 import minillm.sampling as _sampling
 from .sampling import SamplingParams, process_logits, resolve_params, control_style
-from .loop import machine_info
+from .measure import machine_info
 
 # %% auto #0
-__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'ANY_KEY', 'BACKENDS', 'SCHEMA_PATHS', 'ByteDFA',
-           'utf8_sequences', 'regex_to_dfa', 'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex',
+__all__ = ['DEAD', 'MAX_CP', 'JSON_UNSAFE', 'MAX_NFA_STATES', 'STRING_CHAR', 'ANY_KEY', 'REGEX_KINDS', 'BACKENDS', 'SCHEMA_PATHS',
+           'ByteDFA', 'utf8_sequences', 'regex_to_dfa', 'prune', 'vocab_bytes', 'TokenVocab', 'vocab_for', 'TokenIndex',
            'register_tokenizer', 'Constraint', 'json_value_regex', 'json_object_regex', 'int_range_regex',
            'compile_constraint', 'llg_tokenizer', 'llg_allowed', 'LLGConstraint']
 
@@ -561,13 +562,15 @@ def _nat_range(lo:int, hi:int) -> str:
 # %% ../nbs/05a_constrained.ipynb #cc000061
 def _key(v): return json.dumps(v, ensure_ascii=False)   # property order matters: the output follows it
 
+REGEX_KINDS: dict[str, Callable] = {   # kind -> spec -> (its regex, the source kept with it); chapter 05c adds 'json_schema'
+    'regex': lambda v: (v, v),
+    'choice': lambda v: ('(' + '|'.join(re.escape(c) for c in v) + ')', v),
+    'json_object': lambda v: (json_object_regex(), {'type': 'object'})}
+
 def _spec_regex(kind:str, v) -> tuple[str, object]:
     "The regex of one specification, and the source to keep with it."
-    if kind == 'regex': return v, v
-    if kind == 'choice': return '(' + '|'.join(re.escape(c) for c in v) + ')', v
-    if kind == 'json_object': return json_object_regex(), {'type': 'object'}
-    from minillm.json_schema import schema_to_regex             # chapter 05c's compiler, imported on first use (it does not import 05b)
-    return schema_to_regex(v), v
+    if kind not in REGEX_KINDS: raise ValueError(f"{kind}= needs chapter 05c's compiler: import minillm.json_schema (or minillm.all)")
+    return REGEX_KINDS[kind](v)
 
 BACKENDS = ('minillm', 'llguidance')
 
@@ -577,12 +580,12 @@ def _compile_cached(kind:str, key:str, backend:str='minillm'):
     return (Constraint if backend == 'minillm' else LLGConstraint)(regex, kind, source)
 
 # %% ../nbs/05a_constrained.ipynb #cc000061-t1
-SCHEMA_PATHS = {}   # other ways to compile a JSON schema: importing chapter 05b adds 'grammar' (chapter 05d's rules on 05b's recognizer)
+SCHEMA_PATHS = {}   # other ways to compile a JSON schema: importing chapter 05d adds 'grammar' (its rules on chapter 05b's recognizer)
 
 def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|None=None, json_object:bool=False,
                        tokenizer:Tokenizer|None=None, backend:str='minillm', path:str='auto'):
     """A `Constraint` from exactly one of `regex`, `json_schema`, `choice` (a list of strings) or `json_object=True`; compiled once per spec and cached. `backend='llguidance'` gives an `LLGConstraint` for the same regex, masked by LLGuidance.
-    A schema takes `path='regex'` (chapter 05c's regex, on this chapter's automaton) or `'grammar'` (05d's rules on chapter 05b's recognizer, once `minillm.grammars` is imported); `'auto'` takes the grammar path when it is there."""
+    A schema needs chapter 05c (`minillm.json_schema`): `path='regex'` is its regex on this chapter's automaton, `'grammar'` chapter 05d's rules on chapter 05b's recognizer (once `minillm.schema_grammar` is imported); `'auto'` takes the grammar path when it is there."""
     given = [k for k, v in dict(regex=regex, json_schema=json_schema, choice=choice).items() if v is not None] + (['json_object'] if json_object else [])
     if len(given) != 1: raise ValueError(f"give exactly one of regex, json_schema, choice or json_object=True; got {given or 'none'}")
     kind = given[0]
@@ -601,19 +604,8 @@ def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|N
     return c.bind(tokenizer) if tokenizer is not None else c
 
 from .sampling import register_constraint
-for _kind, _ch, _doc in (('regex', '05a', 'output matches this regular expression'), ('json_schema', '05c', 'output is JSON valid under this schema'),
-                         ('choice', '05a', 'output is exactly one of these strings')):   # json_schema: chapter 05c's compiler, registered here so 05a alone takes it
-    register_constraint(_kind, _ch, (lambda kind: lambda value: compile_constraint(**{kind: value}))(_kind), _doc)   # generate(regex=...) etc.
-
-# %% ../nbs/05a_constrained.ipynb #cc000061-t2
-_MOVED = ('MAX_DIGITS', '_at_least', '_number_regex', '_D2', 'STRING_FORMATS', '_pattern_body', '_fold_length', '_cap_repeats', '_string_regex', '_jkey', '_Empty', 'TYPES', 'KEYWORDS', 'SUPPORTED', 'REFUSED', '_norm_schema', '_types', '_TIGHTER', '_merge', '_resolve', '_disjoint', '_array_regex', '_object_regex', 'schema_to_regex', 'response_format_constraint')   # chapter 05c's names (minillm.json_schema)
-
-def __getattr__(name:str):
-    "A name that moved to chapter 05c (`minillm.json_schema`): import that module on first use and return its object."
-    if name in _MOVED:
-        import minillm.json_schema
-        return getattr(minillm.json_schema, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+for _kind, _doc in (('regex', 'output matches this regular expression'), ('choice', 'output is exactly one of these strings')):
+    register_constraint(_kind, '05a', (lambda kind: lambda value: compile_constraint(**{kind: value}))(_kind), _doc)   # generate(regex=...); 05c adds json_schema=
 
 # %% ../nbs/05a_constrained.ipynb #cc000082
 def _llguidance():

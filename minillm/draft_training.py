@@ -17,7 +17,8 @@ from .model import ModelConfig, Transformer, Block, rope_tables
 from .weights import LLM, cache_dir
 from .loop import encode_prompt, Generation
 from .kvcache import KVCache
-from .speculative import expected_tokens, expected_speedup, step_cost, precision_copy, prompt_lookup
+from .speculative import expected_tokens, expected_speedup, precision_copy, prompt_lookup
+from .measure import step_cost
 
 # %% auto #0
 __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weights_key', 'MedusaHeads', 'EagleDraft',

@@ -25,8 +25,8 @@ from .batching import *   # chapter 07: Request, pick_rows, forward_rows, PagedK
 
 # %% auto #0
 __all__ = ['DEFAULT_TOKENS_PER_STEP', 'StepOutput', 'check_engine_args', 'Engine', 'SegmentedAttention', 'PackedBatch',
-           'forward_packed', 'attention_lse', 'merge_attention', 'shared_prefixes', 'block_hashes',
-           'run_speculative_batch', 'serving_metrics']
+           'forward_packed', 'attention_lse', 'merge_attention', 'shared_prefixes', 'block_hashes', 'generate_n',
+           'generate_samples', 'run_speculative_batch', 'generate_drafted', 'serving_metrics']
 
 # %% ../nbs/07b_engine.ipynb #07c00059
 DEFAULT_TOKENS_PER_STEP = 256   # measured in the section 'The engine at the speed of its batch'
@@ -511,6 +511,29 @@ def fork(self:PagedKVCache, src, dst):
     self.tables[dst], self._len[dst] = list(self.tables[src]), self._len[src]
 
 
+# %% ../nbs/07b_engine.ipynb #07c00066n
+from .loop import GenerateMode, register_mode, generate_below
+from .batching import _asks_n, batch_call
+
+def generate_n(llm:LLM, prompts:list, plist:list[SamplingParams]) -> list:
+    "Serve `prompts` (some with `n` > 1) on an `Engine` sized for them: each prompt prefilled once, its blocks shared by its samples. One entry per prompt: a `Generation`, or a list of `n`."
+    lens = [len(encode_prompt(llm, q, pp.max_new_tokens)) for q, pp in zip(prompts, plist)]   # bad prompts: ValueError here
+    blocks = sum(pp.n * (-(-(L + pp.max_new_tokens) // 16) + 1) for L, pp in zip(lens, plist))   # every sample's own blocks, and one to copy
+    eng = Engine(llm, max_batch_size=sum(pp.n for pp in plist), num_blocks=blocks, block_size=16, max_tokens_per_step=None)
+    return eng.generate(prompts, plist)
+
+def generate_samples(llm:LLM, prompt, kw:dict):
+    """This chapter's mode for `n` > 1: the samples of each prompt (sample i seeded `seed + i`) on an `Engine` that prefills the prompt once;
+    a list of `n` `Generation`s for one prompt, a list of such lists for a list of prompts."""
+    batch, plist, loop = batch_call(prompt, kw)
+    if not any(pp.n > 1 for pp in plist): return generate_below(llm, prompt, kw, '07b')   # `n=1` given over a params' n: one sample each
+    if loop['draft'] is not None: raise ValueError("n > 1 samples do not combine with a speculative draft here: drop draft= or ask for n=1")
+    if not loop['use_cache']: raise ValueError("n > 1 samples share the prompt's KV cache blocks: use_cache must be True")
+    out = generate_n(llm, prompt if batch else [prompt], plist)
+    return out if batch else out[0]
+
+register_mode(GenerateMode('n samples', '07b', {}, 'n > 1', generate=generate_samples, claims=lambda prompt, kw: _asks_n(kw.get('params'), kw)))
+
 # %% ../nbs/07b_engine.ipynb #07c00030
 def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:int=5, max_ngram:int=3) -> list[Generation]:
     "Speculative decoding for a batch: every row drafts its own tokens, one forward pass verifies all rows, each row keeps its own number of tokens and rolls back its own cache."
@@ -559,6 +582,24 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
                 cache, pad = cache.select(keep), pad[keep]
                 live = [live[b] for b in keep]
     return [r.result() for r in reqs]
+
+# %% ../nbs/07b_engine.ipynb #07c00030g
+def generate_drafted(llm:LLM, prompt, kw:dict) -> list[Generation]:
+    "This chapter's mode for a batch with `draft=`: every row its own drafter, all rows verified together by `run_speculative_batch`; results in input order."
+    batch, plist, loop = batch_call(prompt, kw)
+    if not loop['use_cache']: raise ValueError("batched generation needs the KV cache (use_cache=True)")
+    reqs = [Request(llm, encode_prompt(llm, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompt, plist))]
+    draft, k = loop['draft'], loop['num_draft_tokens']
+    if isinstance(k, bool) or not isinstance(k, (int, type(None))) or (k or 1) < 1: raise ValueError(f"num_draft_tokens must be an integer >= 1, got {k!r}")
+    if not isinstance(draft, (str, LLM)):
+        raise ValueError("in a batch, draft must be \"prompt_lookup\" or a draft LLM (each row gets its own drafter); "
+                         f"a drafter object cannot be shared by several rows, got {type(draft).__name__}")
+    return run_speculative_batch(llm, reqs, draft, 5 if k is None else k, loop['max_ngram'])
+
+def _batch_with_draft(prompt, kw) -> bool:
+    return (is_batch(prompt) or isinstance(kw.get('params'), (list, tuple))) and kw.get('draft') is not None and not _asks_n(kw.get('params'), kw)
+
+register_mode(GenerateMode('batch drafts', '07b', {}, 'a list of prompts or params with draft=', generate=generate_drafted, claims=_batch_with_draft))
 
 # %% ../nbs/07b_engine.ipynb #07c00081
 def serving_metrics(rows:list[dict], scale:float=1e3) -> dict:

@@ -324,9 +324,7 @@ def quantized_load(call:LoadCall, fmt:str) -> LLM:
     return llm
 
 _FORMAT_DOCS = {'int8': 'int8 weights and activations (SmoothQuant alpha 0.5) through an integer matrix product',
-                'q8_0': 'weights rounded to GGUF Q8_0 blocks, computed in float32',
-                'q4_0': 'weights rounded to GGUF Q4_0 blocks, computed in float32',
-                'q4_1': 'weights rounded to GGUF Q4_1 blocks, computed in float32'}
+                'q4_0': 'weights rounded to GGUF Q4_0 blocks, computed in float32'}   # q4_1 and q8_0: chapter 09b's, the file's blocks in C++
 for _fmt, _doc in _FORMAT_DOCS.items(): register_format(_fmt, '09', _doc, functools.partial(quantized_load, fmt=_fmt))
 
 def _apply_compile(llm:LLM, compile, call) -> LLM:
@@ -616,17 +614,3 @@ def print_bench(res:dict, baseline:str|None=None, file=None):
     v = max(len(base) + 5, 8)
     print(f"{'system':{w}}{'tok/s':>8}{'ms/token':>10}{'vs ' + base:>{v}}{'agree':>7}", file=file)
     for k, r in res.items(): print(f"{k:{w}}{r['tok_s']:8.1f}{r['ms_per_token']:10.2f}{r['ratio']:{v - 1}.2f}x{r['agree']:7}", file=file)
-
-# %% ../nbs/09_fast.ipynb #moved
-_MOVED = ('QKERNEL_SOURCE', 'ACTIVATIONS', 'ACT_BITS', 'BLOCK_FORMATS', 'qkernels', 'qkernel_error', 'q8_isa', 'default_activations',
-          'check_activations', 'q4_1_blocks', 'q8_0_blocks', 'Q4_1Linear', 'Q8_0Linear', 'FusedBlock', 'to_blocks', 'load_blocks',
-          'load_q4_1', 'load_q8_0')   # chapter 09b's names (minillm.kernels.__all__)
-
-def __getattr__(name:str):
-    "A name that moved to chapter 09b (`minillm.kernels`): its object, from that module."
-    if name in _MOVED:
-        import minillm.kernels
-        return getattr(minillm.kernels, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-import minillm.kernels     # chapter 09b: `LLM.load(dtype='q4_1'|'q8_0', activations=...)` run the file's blocks, as before the split

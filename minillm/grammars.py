@@ -12,8 +12,6 @@ from fastcore.basics import patch
 from .weights import Tokenizer
 from .constrained import (DEAD, Constraint, TokenIndex, TokenVocab, _negate, _norm, _tokenizer_for, register_tokenizer,
                                  utf8_sequences, vocab_for)
-from .constrained import SCHEMA_PATHS
-
 
 # %% auto #0
 __all__ = ['SPARSE_MAX', 'CACHE_BYTES', 'Grammar', 'parse_gbnf', 'GrammarAutomaton', 'walk_tokens', 'walk_long', 'GrammarIndex',
@@ -638,27 +636,3 @@ def mask_walks(c, vocab:TokenVocab, n:int=4, steps:int=14, seed:int=0, slack:int
             s = fast.step(s, rng.choice(close or sorted(ok)))
     return len(seen), differ
 
-
-# %% ../nbs/05b_grammars.ipynb #gc000056
-def _grammar_path(schema):
-    "05a's `SCHEMA_PATHS['grammar']`: chapter 05d's compiler from a JSON schema to rules, run on this chapter's recognizer."
-    from minillm.schema_grammar import json_schema_constraint
-    return json_schema_constraint(schema)
-
-SCHEMA_PATHS['grammar'] = _grammar_path                           # compile_constraint(json_schema=...) now takes this path
-from .sampling import CONSTRAINT_KINDS
-from .loop import GENERATE_ARGS
-register_constraint('json_schema', '05c/05d', CONSTRAINT_KINDS['json_schema'][1], GENERATE_ARGS['json_schema'][1])   # the same keyword; the table names both compilers
-
-_MOVED = {**dict.fromkeys(('_RuleBuilder', 'GRAMMAR_KEYWORDS', 'GRAMMAR_REFUSED', '_constraining', '_json_type', '_SchemaGrammar', '_count', '_reachable',
-                           'schema_to_grammar', 'json_schema_constraint', '_schema_cached'), 'minillm.schema_grammar'),        # chapter 05d's names
-          **dict.fromkeys(('KEYWORDS', 'REFUSED', 'SUPPORTED', 'TYPES', '_Empty', '_disjoint', '_jkey', '_merge', '_norm_schema', '_number_regex',
-                           '_resolve', '_string_regex', '_types', 'schema_to_regex'), 'minillm.json_schema'),                    # chapter 05c's
-          **dict.fromkeys(('JSON_UNSAFE', 'STRING_CHAR', '_NFA', '_minus', '_nfa_size'), 'minillm.constrained')}                # chapter 05a's
-
-def __getattr__(name:str):
-    "A JSON Schema name that once lived here: import the module that has it now (chapter 05d's, 05c's or 05a's) and return its object."
-    if name in _MOVED:
-        import importlib
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import json, math, re
 from .constrained import (Constraint, STRING_CHAR, ANY_KEY, int_range_regex, json_value_regex, json_object_regex, regex_to_dfa,
-                                 compile_constraint)
+                                 compile_constraint, REGEX_KINDS)
+from .sampling import register_constraint
 try: from re import _parser as _sre_parse, _constants as _sre_c            # Python's own regex parser (3.11 and later)
 except ImportError: import sre_parse as _sre_parse, sre_constants as _sre_c  # Python 3.10 names it sre_parse
 
@@ -546,13 +547,6 @@ def response_format_constraint(response_format) -> Constraint|None:
         return compile_constraint(json_schema=js['schema'])
     raise ValueError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {t!r}")
 
-# %% ../nbs/05c_json_schema.ipynb #cj000065
-_MOVED = ('_RuleBuilder', 'GRAMMAR_KEYWORDS', 'GRAMMAR_REFUSED', '_constraining', '_json_type', '_SchemaGrammar', '_count', '_reachable',
-          'schema_to_grammar', 'json_schema_constraint', '_schema_cached')   # chapter 05d's names (minillm.schema_grammar)
-
-def __getattr__(name:str):
-    "A name that moved to chapter 05d (`minillm.schema_grammar`): import that module on first use and return its object."
-    if name in _MOVED:
-        import minillm.schema_grammar
-        return getattr(minillm.schema_grammar, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# %% ../nbs/05c_json_schema.ipynb #cj000061k
+REGEX_KINDS['json_schema'] = lambda schema: (schema_to_regex(schema), schema)   # compile_constraint(json_schema=...) on chapter 05a's automaton
+register_constraint('json_schema', '05c', lambda value: compile_constraint(json_schema=value), 'output is JSON valid under this schema')

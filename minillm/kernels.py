@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from .model import Block
 from .weights import LLM, load_weights, register_format, register_load_option, unpermute_rope, default_gguf
 from .kernels_src import *                              # chapter 09a: the C++ source, its build, the activation forms
-from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers its forms first, which these replace)
+from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers 09's forms, int8 and q4_0)
 
 
 # %% auto #0

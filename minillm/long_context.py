@@ -15,7 +15,7 @@ from .kvcache import KVCache
 from .engine import merge_attention   # chapter 07b's merge of two attention parts by log-sum-exp
 import minillm.batching   # `is_batch`, and chapter 07's modes registered
 import minillm.loop
-import minillm.fast       # chapter 09's formats and compiled steps (and 09b's block kernels) registered for `LLM.load`
+import minillm.fast, minillm.kernels   # chapter 09's formats and compiled steps, and 09b's block kernels, registered for `LLM.load`
 
 # %% auto #0
 __all__ = ['CACHE_ARGS', 'QUANT_METHODS', 'kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll',

@@ -509,7 +509,7 @@ def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
 
 # %% ../nbs/03_sampling.ipynb #0454b3a0-s1
 _FIELDS = [f.name for f in fields(SamplingParams)]
-CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): chapter 05a adds regex, json_schema, choice
+CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): 05a adds regex and choice, 05b grammar, 05c json_schema
 
 def register_constraint(kind:str, chapter:str, factory:Callable, doc:str='') -> None:
     "Make `kind=value` a keyword of `generate`, `SamplingParams`-style calls and the Engine: it becomes `constraint=factory(value)`."
@@ -541,7 +541,7 @@ def run_sampling(llm:LLM, prompt, kw:dict):
     "This chapter's mode: one prompt, one sample, with every `SamplingParams` setting (as keywords or `params`)."
     kw = dict(kw); use_cache = kw.pop('use_cache', True)
     p = resolve_params(**kw)
-    if p.n > 1: raise ValueError(f"n={p.n} samples of one prompt are served by chapter 07's engine (import minillm.batching or minillm.all); "
+    if p.n > 1: raise ValueError(f"n={p.n} samples of one prompt are served by chapter 07b's engine (import minillm.engine or minillm.all); "
                                  "with this chapter alone: [llm.generate(prompt, params=q) for q in sample_params(params)]")
     eos = () if p.ignore_eos else llm.tokenizer.stop_token_ids
     return (yield from run_generation(llm, prompt, max_new_tokens=p.max_new_tokens, pick=make_picker(p, llm.device, eos), stop=p.stop,

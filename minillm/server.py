@@ -486,7 +486,9 @@ def serve(model:str|None=None, host:str='127.0.0.1', port:int=8000, max_batch_si
           max_tokens:int=1024, served_model_name:str|None=None, log_level:str='info', allowed_hosts:list[str]|None=None,
           grace:float=5.0, file=None, max_tokens_per_step:int|None=DEFAULT_TOKENS_PER_STEP, prefix_caching:bool=False,
           dtype:str|None=None):
-    "Load `model` (default: the embedded SmolLM2-135M-Instruct) in form `dtype` (None: float32; chapter 09's forms, e.g. 'q4_1') and serve the OpenAI API on host:port until Ctrl-C or SIGTERM."
+    """Load `model` (default: the embedded SmolLM2-135M-Instruct) in form `dtype` and serve the OpenAI API on host:port until Ctrl-C or SIGTERM.
+    `dtype`: None for float32, or a format of chapter 09 or 09b ('int8', 'q4_1', ...) once its module is imported (`minillm.kernels`
+    for 'q4_1' and 'q8_0', or `minillm.all`; `minillm serve` imports them all); a format not loaded fails before the model loads."""
     file = file or sys.stderr
     for n, v, lo in (('max_batch_size', max_batch_size, 1), ('max_tokens', max_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"{n} must be an integer >= {lo}, got {v!r}")

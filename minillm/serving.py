@@ -390,16 +390,3 @@ def state(self:EngineWorker) -> dict:
                                     used_blocks=e.cache.num_used_blocks, tables=len(e.cache.tables),
                                     requests=len(e.requests), results=len(e.results)))
 
-
-# %% ../nbs/08_serving.ipynb #08c00900
-_MOVED = ('token_bytes', 'EventStream', 'check_content_type', 'host_allowed', 'Guard', 'Endpoints', 'best_choices', 'make_app',
-          'Server', 'serve',                                                   # chapter 08a's names (minillm.server.__all__)
-          '_BYTE_DECODER', '_byte_decoder', '_logprob_content', '_logprob_text', '_log', '_sse', '_disconnected', '_read_body',
-          '_loopback', '_chat_messages', '_usage', '_drawn', '_bind', '_Uvicorn')   # and its private helpers
-
-def __getattr__(name:str):
-    "A name that moved to chapter 08a (`minillm.server`): import that module on first use and return its object."
-    if name in _MOVED:
-        import minillm.server
-        return getattr(minillm.server, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from .weights import LLM
-from .loop import Generation, encode_prompt, machine_info
+from .loop import Generation, encode_prompt
+from .measure import machine_info
 from .sampling import SamplingParams, sample_params, FrameView, control_style
 from .kvcache import KVCache
 from .batching import batch_logits
 from .engine import Engine
-import minillm.beam, minillm.batching   # beam search, and chapter 07's mode for batches and `n` samples
+import minillm.beam, minillm.batching   # beam search, and chapter 07's mode for batches (07b's, for `n` samples, come with the engine above)
 
 # %% auto #0
 __all__ = ['PRICE_TABLE', 'FAMILIES', 'SHOT_SEED', 'COT_INSTRUCTION', 'NO_ANSWER', 'NS', 'STRATEGIES', 'Problem', 'make_problems',

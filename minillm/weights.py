@@ -360,6 +360,7 @@ class LoadOption:
 
 MODEL_FORMATS: dict[str, ModelFormat] = {}
 LOAD_OPTIONS: dict[str, LoadOption] = {}
+_FORMAT_HOMES = {'int8': 'minillm.fast', 'q4_0': 'minillm.fast', 'q4_1': 'minillm.kernels', 'q8_0': 'minillm.kernels'}   # for the error when that module is not imported
 
 def register_format(name:str, chapter:str, doc:str, build:Callable) -> ModelFormat:
     "Make `LLM.load(dtype=name)` build the model with `build(call)`; registering a name again replaces it."
@@ -405,8 +406,9 @@ class LLM:
              progress:bool=True,                  # progress bars for the first download and conversion
              **options) -> 'LLM':                 # registered options, in chapter order: see `load_options()`
         """Load a model and its tokenizer. Everything beyond a torch dtype is added by a chapter and listed by `load_options()`:
-        `rope_scaling` (01: a transformers-style dict that overrides the file's RoPE), `dtype='int8'`, `'q8_0'`, `'q4_0'`, `'q4_1'`
-        and `compile` (09: weight formats and a compiled decode step), `tensor_parallel_size` (12a: shards in worker processes).
+        `rope_scaling` (01: a transformers-style dict that overrides the file's RoPE), `dtype='int8'`, `'q4_0'` and `compile` (09: weight
+        formats and a compiled decode step), `dtype='q4_1'`, `'q8_0'` and `activations` (09b: the file's blocks run in C++),
+        `tensor_parallel_size` (12a: shards in worker processes).
         Every option is checked before anything is read, and an option no loaded chapter knows is a `ValueError`."""
         if (bad := sorted(set(options) - set(LOAD_OPTIONS))):
             raise ValueError(f"LLM.load got unknown option(s) {bad}; the loaded chapters take: {', '.join(LOAD_OPTIONS) or 'none'} "
@@ -416,6 +418,7 @@ class LLM:
             name = dtype.lower()
             if name in ('float32', 'bfloat16'): dtype = getattr(torch, name)
             elif name in MODEL_FORMATS: fmt = MODEL_FORMATS[name]
+            elif name in _FORMAT_HOMES: raise ValueError(f"dtype={dtype!r} is a format of a chapter not imported: import {_FORMAT_HOMES[name]} (or minillm.all)")
             else: raise ValueError(f"unknown model format or dtype {dtype!r}: use a torch dtype or one of "
                                    f"{', '.join(['float32', 'bfloat16', *MODEL_FORMATS])}")
         elif not isinstance(dtype, torch.dtype): raise ValueError(f"dtype must be a torch dtype or a format name, got {dtype!r}")
