@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from tqdm.auto import tqdm
-from .model import ModelConfig, Transformer, Block, rope_tables
+from .model import ModelConfig, Transformer, Block, rope_tables, scaled_rope_tables
 from .weights import LLM, cache_dir
 from .loop import encode_prompt, Generation
 from .kvcache import KVCache
@@ -147,6 +147,9 @@ def load(cls:TrainedDraft, path, llm:LLM|None=None) -> 'TrainedDraft':
     try: d = torch.load(path, weights_only=True)
     except Exception as e: raise ValueError(f"{path} is not a minillm draft file: {e}") from e
     if not isinstance(d, dict) or d.get('format') != 'minillm-draft-1': raise ValueError(f"{path} is not a minillm draft file")
+    missing = [k for k in ('kind', 'config', 'state', 'vocab', 'target_key', 'info') if k not in d]
+    if missing or d['kind'] not in KINDS:
+        raise ValueError(f"{path} is not a complete minillm draft file: " + (f"it lacks {missing}" if missing else f"kind {d['kind']!r} is not one of {KINDS}"))
     m = EagleDraft(ModelConfig(**d['config'])) if d['kind'] == 'eagle' else MedusaHeads(**d['config'])
     m.load_state_dict(d['state'])
     out = cls(d['kind'], m, d['vocab'], d['target_key'], d['info'])
@@ -181,18 +184,21 @@ class SelfDrafter:
         cache = args[3] if len(args) > 3 else None
         if out.shape[0] != 1 or self.feats is None: return
         s = int(cache.lengths[0]) if cache is not None else 0              # position of the pass's first token
+        if s + out.shape[1] > len(self.feats): return                      # not a pass of this generation: it would not fit
         self.feats[s:s + out.shape[1]] = self.llm.model.norm(out[0])
 
-    def __enter__(self):
+    def open(self):
+        "Put the hook on the target's last block (a no-op when it is on)."
         if self.handle is None: self.handle = self.llm.model.layers[-1].register_forward_hook(self._hook)
         return self
-    def __exit__(self, *exc): self.close()
     def close(self):
         "Remove the hook from the target."
         if self.handle is not None: self.handle.remove(); self.handle = None
+    def __enter__(self): return self.open()
+    def __exit__(self, *exc): self.close()
 
     def start(self, prompt_ids:list[int], max_len:int):
-        self.__enter__()
+        self.open()
         m = self.llm.model
         with torch.inference_mode():
             self.feats = torch.zeros(max_len, m.cfg.dim, dtype=m.dtype, device=m.device)   # (S, C) target features by position
@@ -201,7 +207,7 @@ class SelfDrafter:
             self.cache, self.n_fed = KVCache(1, 1, c.n_kv_heads, c.head_dim, max_len, dtype=m.dtype, device=m.device), 0
         self._last = None
 
-    def _full(self, z:torch.Tensor) -> torch.Tensor:                       # (R, K) head logits -> (R, V) float32, -inf off the subset
+    def _full_vocab(self, z:torch.Tensor) -> torch.Tensor:                 # (R, K) head logits -> (R, V) float32, -inf off the subset
         if self.vocab is None: return z.float()
         out = torch.full((z.shape[0], self.llm.config.vocab_size), float('-inf'), device=z.device)
         return out.index_copy_(1, self.vocab, z.float())
@@ -223,20 +229,23 @@ def propose(self:SelfDrafter, tokens:list[int], k:int, probs):
     "Up to `k` draft tokens after `tokens` and their draft distributions (None when greedy)."
     self._record(tokens)
     L, j = len(tokens), len(tokens) - 2                                # features are known up to position L-2
+    self._last = (L, [])                                               # this pass's round, recorded in its place even if empty
     if j < 0 or k < 1: return [], None
     if self.draft.lookup and (look := prompt_lookup(tokens, k, 3, 2)):
         self._last = (L, look)
         return look, None                                              # deterministic: q is one-hot
     out, qs, hist = [], [], list(tokens)
     def pick(z):
-        t, q = probs(self._full(z), hist)
+        t, q = probs(self._full_vocab(z), hist)
+        if t is None: return None                                      # the settings leave none of the head's tokens: stop here
         out.append(t); hist.append(t)
         if q is not None: qs.append(q)
         return t
     with torch.inference_mode():
         if self.kind == 'medusa':
             z = F.linear(self.net(self.feats[j], min(k, self.net.num_heads)), self.W)   # (k, K): all heads at once
-            for i in range(z.shape[0]): pick(z[i:i + 1])
+            for i in range(z.shape[0]):
+                if pick(z[i:i + 1]) is None: break
         else:
             emb, n0, dev = self.llm.model.embed_tokens, min(self.n_fed, j), self.feats.device
             self.cache.set_lengths(n0)                                   # forget last round's own guesses
@@ -245,6 +254,7 @@ def propose(self:SelfDrafter, tokens:list[int], k:int, probs):
             self.n_fed = j + 1
             for i in range(k):
                 t = pick(F.linear(g[0], self.W))                         # (1, K)
+                if t is None: break
                 if i < k - 1: g = self.net(g, emb(torch.tensor([[t]], device=dev)), torch.tensor([[j + 1 + i]], device=dev), self.cache)
     self._last = (L, out)
     return out, (torch.cat(qs) if qs else None)
@@ -262,10 +272,18 @@ def run_trained_draft(llm:LLM, prompt, kw:dict):
     "This chapter's mode: `draft` is a `TrainedDraft`; it becomes a drafter for `llm` and chapter 06's mode runs the call. The result carries `draft_rounds`: (drafted, accepted) per target pass."
     if isinstance(prompt, list) and prompt and not all(isinstance(p, (dict, int)) for p in prompt):
         raise ValueError("a trained draft drafts for one sequence: pass one prompt, not a list of prompts")
-    with kw['draft'].drafter(llm) as d:
-        out = yield from stream_below(llm, prompt, {**kw, 'draft': d}, '06a')
+    d = kw['draft'].drafter(llm)
+    steps = stream_below(llm, prompt, {**kw, 'draft': d}, '06a')       # chapter 06's mode, with `d` as its drafter
+    try:
+        while True:
+            d.open()                                   # the hook records the target's passes only while this call computes ...
+            try: piece = next(steps)
+            except StopIteration as stop: out = stop.value; break
+            finally: d.close()                         # ... and is off while the caller holds a piece: other calls on the model never meet it
+            yield piece
+    finally: steps.close(); d.close()                  # a stream closed or dropped half-way leaves nothing behind
     d.finish(out.prompt_ids + out.token_ids)
-    out.draft_rounds = d.rounds + [(0, 0)] * (out.target_passes - len(d.rounds))   # passes with nothing drafted (k = 0 at the end)
+    out.draft_rounds = d.rounds + [(0, 0)] * (out.target_passes - len(d.rounds))   # the last pass, when it had no room for a draft (k = 0)
     return out
 
 register_mode(GenerateMode('trained draft', '06a', {}, 'draft= is a TrainedDraft', run=run_trained_draft,
@@ -481,7 +499,6 @@ def _check_train_args(llm, kind, max_minutes, num_heads, batch_size, seq_len, ma
 # %% ../nbs/06a_draft_training.ipynb #f1setup
 def _train_setup(llm, kind, data, num_heads, vocab_size, batch_size, seq_len, evals, unroll, seed):
     "What `train_draft` needs before its first step: the windows split three ways, the head's vocabulary and its rows of the target's head, a fresh draft, and two closures: the loss of one random training batch and the loss on the set-aside answers."
-    torch.manual_seed(seed)                                                # the draft's initial weights
     m, V = llm.model, llm.config.vocab_size
     tr, va = _split(data)                                                  # va: held-out answers, for the report only
     vocab = None if vocab_size is None else frequent_tokens(data, vocab_size, tr)   # chosen without the held-out answers
@@ -490,7 +507,9 @@ def _train_setup(llm, kind, data, num_heads, vocab_size, batch_size, seq_len, ev
     W = W if vocab is None else W[vocab]                                   # (K, C) frozen
     emb = nn.Embedding.from_pretrained(m.embed_tokens.weight.detach().float().cpu(), freeze=True)
     tr, st = _stop_split(data, tr) if evals else (tr, [])
-    net = MedusaHeads(m.cfg.dim, num_heads) if kind == 'medusa' else EagleDraft(m.cfg)
+    with torch.random.fork_rng(devices=[]):                                # the draft's initial weights from `seed`; the caller's RNG is left as it was
+        torch.manual_seed(seed)
+        net = MedusaHeads(m.cfg.dim, num_heads) if kind == 'medusa' else EagleDraft(m.cfg)
     net.train()
     weights = [0.8 ** i for i in range(num_heads)]
     if kind == 'medusa':
@@ -526,33 +545,33 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     if cache and path.exists(): return TrainedDraft.load(path, llm)
 
     setup = _train_setup(llm, kind, data, num_heads, vocab_size, batch_size, seq_len, evals, unroll, seed)
-    net, tr, va, st, gen = setup.net, setup.tr, setup.va, setup.st, torch.Generator().manual_seed(seed)
+    net, tr, va, stop_idx, gen = setup.net, setup.tr, setup.va, setup.st, torch.Generator().manual_seed(seed)
     best, checks, next_check = (float('inf'), None, None), [], 0.0
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
-    losses, step, el, dts = [], 0, 0.0, []
+    losses, step, elapsed, step_times = [], 0, 0.0, []
     budget = 60 * max_minutes
-    progress_ = lambda: max(el / budget, step / max_steps if max_steps else 0.0)   # the budget, time or steps, nearer its end
+    spent = lambda: max(elapsed / budget, step / max_steps if max_steps else 0.0)   # the share of the budget used, time or steps, whichever is nearer its end
     bar = tqdm(total=round(budget), desc=f"train {kind}", unit='s', disable=not progress, leave=False)
     while True:
-        done = el >= budget or (max_steps is not None and step >= max_steps)
-        if st and (progress_() >= next_check or done):                    # early stopping: keep the best weights seen
+        done = elapsed >= budget or (max_steps is not None and step >= max_steps)
+        if stop_idx and (spent() >= next_check or done):                    # early stopping: keep the best weights seen
             checks.append((step, setup.stop_loss())); next_check += 1 / evals
             if checks[-1][1] < best[0]: best = (checks[-1][1], step, copy.deepcopy(net.state_dict()))
         if done: break
         t0 = time.perf_counter()
         loss = setup.batch_loss(gen)
-        lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, progress_())))   # warm-up, cosine over the budget
+        lr_now = lr * min(1.0, (step + 1) / 20) * (0.5 + 0.5 * math.cos(math.pi * min(1.0, spent())))   # warm-up, cosine over the budget
         for g_ in opt.param_groups: g_['lr'] = lr_now
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); opt.step()
         losses.append(loss.item()); step += 1
         dt = time.perf_counter() - t0
-        typical = sorted(dts[-20:])[len(dts[-20:]) // 2] if len(dts) >= 5 else dt
-        dts.append(dt); el += min(dt, 10 * typical)                       # a step 10x slower than usual was stopped by someone else: not charged
-        bar.n = min(round(el), bar.total); bar.set_postfix(loss=f"{losses[-1]:.3f}", step=step, refresh=False); bar.update(0)
+        typical = sorted(step_times[-20:])[len(step_times[-20:]) // 2] if len(step_times) >= 5 else dt
+        step_times.append(dt); elapsed += min(dt, 10 * typical)                       # a step 10x slower than usual was stopped by someone else: not charged
+        bar.n = min(round(elapsed), bar.total); bar.set_postfix(loss=f"{losses[-1]:.3f}", step=step, refresh=False); bar.update(0)
     bar.close()
     if best[2] is not None: net.load_state_dict(best[2])
-    info = dict(kind=kind, minutes=el / 60, steps=step, losses=losses, tokens=data.n_tokens,
-                train_windows=len(tr), val_windows=len(va), stop_windows=len(st), stop_losses=checks, best_step=best[1] if st else step,
+    info = dict(kind=kind, minutes=elapsed / 60, steps=step, losses=losses, tokens=data.n_tokens,
+                train_windows=len(tr), val_windows=len(va), stop_windows=len(stop_idx), stop_losses=checks, best_step=best[1] if stop_idx else step,
                 num_heads=num_heads, vocab_size=vocab_size, batch_size=batch_size)
     d = TrainedDraft(kind, net.eval().requires_grad_(False), setup.vocab, key, info)
     d.info['val'] = draft_accuracy(d, llm, data, va)
@@ -560,15 +579,18 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     return d
 
 # %% ../nbs/06a_draft_training.ipynb #f2acc
-def draft_guesses(draft:TrainedDraft, llm:LLM, data:DistillData, w:int, ts:list[int], k:int=4) -> torch.Tensor:
-    "The greedy chains of `k` guesses `draft` makes from positions `ts` of window `w` of `data` (as its drafter would after accepting the window's first t+1 tokens): (len(ts), k) token ids."
-    m, dev = llm.model, 'cpu'
-    net = draft.module_for(torch.float32, dev)
+def _guess_tables(draft:TrainedDraft, llm:LLM) -> SimpleNamespace:
+    "What `draft_guesses` reads, in float32 on the CPU: the draft, its rows of the target's head, the embedding, and head index -> token id."
+    m, vocab = llm.model, draft.vocab
     W = head_weight(m).detach().float().cpu()
-    vocab = draft.vocab
-    Wk = W if vocab is None else W[vocab]
-    emb = m.embed_tokens.weight.detach().float().cpu()
-    to_id = (lambda z: z.argmax(-1)) if vocab is None else (lambda z: vocab[z.argmax(-1)])
+    return SimpleNamespace(net=draft.module_for(torch.float32, 'cpu'), Wk=W if vocab is None else W[vocab],
+                           emb=m.embed_tokens.weight.detach().float().cpu(),
+                           to_id=(lambda z: z.argmax(-1)) if vocab is None else (lambda z: vocab[z.argmax(-1)]))
+
+def draft_guesses(draft:TrainedDraft, llm:LLM, data:DistillData, w:int, ts:list[int], k:int=4, tables:SimpleNamespace|None=None) -> torch.Tensor:
+    "The greedy chains of `k` guesses `draft` makes from positions `ts` of window `w` of `data` (as its drafter would after accepting the window's first t+1 tokens): (len(ts), k) token ids. `tables`: `_guess_tables(draft, llm)`, made once by a caller that asks for many windows."
+    tb = tables or _guess_tables(draft, llm)
+    net, Wk, emb, to_id = tb.net, tb.Wk, tb.emb, tb.to_id
     f, x = data.feats[w], data.ids[w]
     T = len(x)
     with torch.inference_mode():
@@ -591,12 +613,12 @@ def draft_accuracy(draft:TrainedDraft, llm:LLM, data:DistillData, idx=None, k:in
     idx = range(len(data.ids)) if idx is None else idx
     total = sum(max(0, len(data.ids[w]) - k - max(data.starts[w] - 2, 0)) for w in idx)
     stride = max(1, math.ceil(total / max_chains))
-    hits, n_acc = torch.zeros(k), []
+    hits, n_acc, tables = torch.zeros(k), [], _guess_tables(draft, llm)
     for w in idx:
         y, T = data.nxt[w], len(data.ids[w])
         ts = list(range(max(data.starts[w] - 2, 0), T - k))[::stride]      # chains whose k labels all lie in the window
         if not ts: continue
-        guess = draft_guesses(draft, llm, data, w, ts, k)
+        guess = draft_guesses(draft, llm, data, w, ts, k, tables)
         labels = torch.stack([y[torch.tensor(ts) + 1 + i] for i in range(k)], 1)   # (n, k) target greedy tokens
         ok = guess == labels
         hits += ok.float().sum(0)

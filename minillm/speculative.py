@@ -42,6 +42,9 @@ def _check_accept_args(p, q, draft):
         if not torch.isfinite(t).all() or (t < 0).any(): raise ValueError(f"accept_draft: {name} must hold finite probabilities >= 0")
         s = t.sum(-1)
         if ((s - 1).abs() > 1e-3).any(): raise ValueError(f"accept_draft: every row of {name} must sum to 1 (a distribution over the vocabulary), got sums from {s.min().item():.4g} to {s.max().item():.4g}")
+    if k and (q.gather(-1, draft.long()[..., None]) <= 0).any():      # u * 0 < p(x) would keep such a token whenever p(x) > 0
+        raise ValueError("accept_draft: q gives probability 0 to a draft token it is said to have drawn; row i of q must be the distribution "
+                         "draft token i was drawn from (one-hot on the token for a deterministic draft)")
 
 def accept_draft(p:torch.Tensor,                      # (B, k+1, V) target probabilities at the k draft positions and one more
                  q:torch.Tensor,                      # (B, k, V) draft probabilities the draft tokens were drawn from
@@ -210,6 +213,7 @@ class ModelDraft:
             logits = model(torch.tensor([feed], device=dev), cache=self.cache, last_only=True)[:, -1]   # (1, V)
             self.cached += feed
             t, q = probs(logits, hist)
+            if t is None: break                                        # the settings leave the draft no token: propose what we have
             out.append(t); hist.append(t); feed = [t]
             if q is not None: qs.append(q)
         return out, (torch.cat(qs) if qs else None)                    # (k,), (k, V)
@@ -254,11 +258,12 @@ def process_rows(logits:torch.Tensor, # (d+1, V) target logits at the pending to
                       for i in range(len(draft) + 1)])
 
 def draft_picker(params:SamplingParams, n_prompt:int, eos_ids=(), generator:torch.Generator|None=None):
-    "The `probs` function a drafter calls: the draft's `(1, V)` logits after the text `hist` -> its token and q (None when greedy)."
+    "The `probs` function a drafter calls: the draft's `(1, V)` logits after the text `hist` -> its token and q (None when greedy); (None, None) when the settings leave the draft no token, and the drafter stops proposing for this round."
     hist_free = _history_free(params)
     def draft_pick(logits, hist):
         lg = (process_logits(logits.float(), params) if hist_free
               else process_logits(logits.float(), params, torch.tensor([hist], device=logits.device), n_prompt, eos_ids))
+        if bool((lg == float('-inf')).all()): return None, None        # every token the draft can name is filtered out: propose no more
         if params.is_greedy: return int(lg.argmax(-1)), None
         q = lg.softmax(-1)                                             # (1, V)
         return int(torch.multinomial(q, 1, generator=generator)), q
@@ -268,13 +273,20 @@ def verify_round(logits:torch.Tensor, # (d+1, V) target logits at the pending to
                  params:SamplingParams, tokens:list[int], draft:list[int], q:torch.Tensor|None, n_prompt:int,
                  eos_ids=(), generator:torch.Generator|None=None) -> tuple[int, int]:
     "One round's verdict: how many draft tokens `n` the target accepts and the token `nxt` that follows them."
-    proc = process_rows(logits, params, tokens, draft, n_prompt, eos_ids)
+    proc = process_rows(logits, params, tokens, draft, n_prompt, eos_ids)   # (d+1, V)
+    dead = (proc == float('-inf')).all(-1)                             # (d+1,) positions where the settings leave the target no token
+    j = int(dead.long().argmax()) if dead.any() else None              # the first such position
+    if j is not None:                      # verify only the draft tokens before it; row j becomes a placeholder that is never drawn from
+        draft, q = draft[:j], (q[:j] if q is not None else None)
+        proc = torch.cat([proc[:j], torch.zeros_like(proc[j:j + 1])])
     x = torch.tensor([draft], device=logits.device, dtype=torch.long)  # (1, d)
     if params.is_greedy: n, nxt = accept_greedy(proc.argmax(-1)[None], x)
     else:
         p = proc.softmax(-1)                                           # (d+1, V) target distribution, processed
         q = q if q is not None else F.one_hot(x[0], p.shape[-1]).to(p.dtype)   # a deterministic draft: q is one-hot
         n, nxt = accept_draft(p[None], q[None], x, generator)
+    if j is not None and int(n[0]) == j:                               # the next token would come from that position: `sample`'s error
+        raise ValueError("every token of row(s) [0] was filtered out (all logits are -inf); relax the logit bias, the bad words or the n-gram ban")
     return int(n[0]), int(nxt[0])
 
 # %% ../nbs/06_speculative.ipynb #a2f009c8-s1
@@ -292,29 +304,33 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
     drafter.start(prompt_ids, max_len)
     draft_pick = draft_picker(params, n_prompt, eos, generator)       # the draft's (1, V) logits -> its token and q
 
+    timer.start, done, first = time.perf_counter(), 0, True
     with torch.inference_mode():
-        timer.start, done, first = time.perf_counter(), 0, True
         if n_prompt > 1: model(torch.tensor([tokens[:-1]], device=dev), cache=cache, last_only=True)   # prefill
-        while True:
-            k = min(num_draft_tokens, N - done - 1)                    # a round yields at most k + 1 tokens
-            draft, q = drafter.propose(tokens, k, draft_pick) if k > 0 else ([], None)
+    while True:
+        with torch.inference_mode():               # one round; its tokens are yielded after it, so between two of them the caller
+            k = min(num_draft_tokens, N - done - 1)                    # (or another stream) runs in its own grad mode
+            draft, q = drafter.propose(tokens, k, draft_pick) if k > 0 else ([], None)   # a round yields at most k + 1 tokens
             d, start = len(draft), int(cache.lengths[0])
             logits = model(torch.tensor([tokens[start:] + draft], device=dev), cache=cache)[0, -(d + 1):]   # (d+1, V): one pass
             n, nxt = verify_round(logits, params, tokens, draft, q, n_prompt, eos, generator)
-            stats['passes'] += 1; stats['drafted'] += d; stats['accepted'] += n
-            if 'rounds' in stats: stats['rounds'].append((d, n))          # per round, when the caller asks for it
             cache.rollback(d - n)                                      # keep the accepted draft tokens' keys and values
+            new = draft[:n] + [nxt]                                    # what this round emits
             lp = F.log_softmax(logits[:n + 1].float(), -1)             # (n+1, V) log-probabilities of what we emit
-            if first: timer.prefill, first = time.perf_counter() - timer.start, False
-            for i, t in enumerate(draft[:n] + [nxt]):
-                top = None
-                if top_logprobs:
-                    v, ix = lp[i].topk(min(top_logprobs, V))
-                    top = dict(zip(ix.tolist(), v.tolist()))
-                tokens.append(t); done += 1
-                timer.decode = time.perf_counter() - timer.start - timer.prefill
-                yield Step(t, lp[i, t].item(), top)
-                if t in stop_ids or done >= N: return
+            lps = lp[torch.arange(n + 1, device=lp.device), torch.tensor(new, device=lp.device)].tolist()
+            tops = [None] * (n + 1)
+            if top_logprobs: tops = [dict(zip(ix.tolist(), v.tolist())) for v, ix in (lp[i].topk(min(top_logprobs, V)) for i in range(n + 1))]
+        stats['passes'] += 1; stats['drafted'] += d
+        if 'rounds' in stats: stats['rounds'].append((d, 0))              # per round, when the caller asks for it
+        if first: timer.prefill, first = time.perf_counter() - timer.start, False
+        for i, t in enumerate(new):
+            if i < n:                                                  # an accepted draft token counts once it is emitted: a stop can end the text first
+                stats['accepted'] += 1
+                if 'rounds' in stats: stats['rounds'][-1] = (d, i + 1)
+            tokens.append(t); done += 1
+            timer.decode = time.perf_counter() - timer.start - timer.prefill
+            yield Step(t, lps[i], tops[i])
+            if t in stop_ids or done >= N: return
 
 # %% ../nbs/06_speculative.ipynb #63feba37
 def _check_spec_args(llm, draft, num_draft_tokens, use_cache, kwargs):
