@@ -308,7 +308,7 @@ def _compile_mode(compile):
 def to_format(self:LLM, fmt:str|torch.dtype, name:str|None=None, smooth:float|None=0.5, compile:bool|str=False) -> LLM:
     "A copy of this `LLM` in form `fmt`, one of `FORMATS` ('float32', 'bfloat16', 'int8', 'q8_0', 'q4_0', 'q4_1'); int8 is smoothed with alpha `smooth` (None: not); `compile`: see `LLM.compiled`."
     fmt, mode = check_format(fmt), _compile_mode(compile)
-    out = LLM(quantize_model(_base(self.model), fmt, calib_ids=_calib(self, smooth), alpha=smooth or 0.0), self.tokenizer, name or f"{self.name} ({fmt})")
+    out = LLM(quantize_model(_base(self.model), fmt, calib_ids=_calib(self, smooth) if fmt == 'int8' else None, alpha=smooth or 0.0), self.tokenizer, name or f"{self.name} ({fmt})")
     return out if mode is False else out.compiled(mode)
 
 
@@ -319,7 +319,7 @@ from .weights import LoadCall, load_weights, register_format, register_load_opti
 def quantized_load(call:LoadCall, fmt:str) -> LLM:
     "Build `LLM.load(dtype=fmt)`: chapter 01's float32 weights, then every layer quantized in place to `fmt` (int8 calibrated and smoothed, alpha 0.5)."
     llm = LLM(*load_weights(call.path, call.device, torch.float32, call.progress))
-    quantize_model(llm.model, fmt, inplace=True, calib_ids=_calib(llm, 0.5))
+    quantize_model(llm.model, fmt, inplace=True, calib_ids=_calib(llm, 0.5) if fmt == 'int8' else None)
     llm.name = f"{llm.name} ({fmt})"
     return llm
 
