@@ -6,8 +6,12 @@ and stays warm (keeping what the last command left behind) for about 30 s betwee
 
   here:      python tools/gpu_run.py prepare          # .gpu/: the model file in two parts, the wheels the GPU machine lacks, a manifest
   device 1:  python3 tools/gpu_run.py stage           # carry .gpu/part-1 .gpu/whl .gpu/manifest.json: puts them aside in /tmp
-  device 2:  python3 tools/gpu_run.py run --out $OUT  # carry .gpu/part-2 (at once after 1): joins, checks the hash, runs the cells
+  device 2:  python3 tools/gpu_run.py run --notebooks 06_speculative,07b_engine,06a_draft_training --out $OUT
+                                                      # carry .gpu/part-2 (at once after 1): joins, checks the hash, runs the cells
   here:      python tools/gpu_run.py apply DIR        # DIR: the folder the device tool returns the files of $OUT in
+  device 3:  python3 tools/gpu_run.py run --notebooks 09_fast --out $OUT   # at once; then apply again
+
+(tools/README.md has the exact commands and carries.)
 
 `run` executes the `gpu` cells of each notebook in NOTEBOOKS, in order, in a fresh process per notebook (a small kernel of its
 own: no Jupyter is needed there), writes every cell's outputs as nbformat JSON to $OUT/<notebook>.json after each cell (so
