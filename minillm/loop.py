@@ -296,8 +296,8 @@ def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, **kwar
     """Generate a continuation of `prompt` (text, chat messages or token ids). Defined once, here: the keywords are those of the modes
     the loaded chapters registered, and the call runs in the mode of the latest chapter that claims it; `generate_modes()` prints them.
     This chapter: greedy with `max_new_tokens` (default 128), `stop`, `ignore_eos`, `use_cache`, `top_logprobs`. Chapter 03: sampling
-    (`temperature`, `top_p`, ... or `params=SamplingParams(...)`); 05a/05b: `regex`, `json_schema`, `choice`, `grammar`; 06/06a: `draft`;
-    07: a list of prompts and `n`; 11: `cache`. Returns a `Generation` (a list for a batch or for `n` > 1)."""
+    (`temperature`, `top_p`, ... or `params=SamplingParams(...)`); 05a: `regex`, `choice`; 05b: `grammar`; 05c/05d: `json_schema`;
+    06/06a: `draft`; 07: a list of prompts; 07b: `n` > 1; 11: `cache`. Returns a `Generation` (a list for a batch or for `n` > 1)."""
     kw = _call_kwargs(max_new_tokens, params, kwargs)
     m = pick_mode(prompt, kw)
     return m.generate(self, prompt, kw) if m.generate is not None else _drain(m.run(self, prompt, kw))
