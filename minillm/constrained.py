@@ -596,6 +596,7 @@ def compile_constraint(regex:str|None=None, json_schema=None, choice:list[str]|N
         raise ValueError(f"choice must be a non-empty list of non-empty strings, got {choice!r}")
     if kind == 'json_schema' and not isinstance(json_schema, (dict, bool)):
         raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(json_schema).__name__}")
+    if path == 'grammar' and 'grammar' not in SCHEMA_PATHS: raise ValueError("path='grammar' needs chapter 05d's compiler: import minillm.schema_grammar (or minillm.all)")
     if path not in ('auto', 'regex', *SCHEMA_PATHS): raise ValueError(f"path must be 'auto' or one of {['regex', *SCHEMA_PATHS]}, got {path!r}")
     if kind == 'json_schema' and backend == 'minillm' and path != 'regex' and SCHEMA_PATHS:
         c = SCHEMA_PATHS['grammar' if path == 'auto' else path](json_schema)

@@ -264,12 +264,18 @@ def _is_unset(k:str, v) -> bool:
     u = UNSET_ARGS[k]
     return v is None if u is None else (type(v) is type(u) and v == u)
 
+_ARG_HOMES = {'regex': 'minillm.constrained', 'choice': 'minillm.constrained', 'grammar': 'minillm.grammars', 'json_schema': 'minillm.json_schema',
+              'draft': 'minillm.speculative', 'num_draft_tokens': 'minillm.speculative', 'max_ngram': 'minillm.speculative', 'cache': 'minillm.long_context'}
+# the keywords of chapters 05a-11 and their modules, for the error when that module is not imported (a name, not an import)
+
 def _call_kwargs(max_new_tokens, params, kwargs) -> dict:
     "The keywords of one call, checked against every loaded chapter's, without those left at their 'not asked for' value."
     kw = {'max_new_tokens': max_new_tokens, **({} if params is None else {'params': params}), **kwargs}
     if (bad := sorted(set(kw) - set(GENERATE_ARGS))):
+        homes = sorted({_ARG_HOMES[k] for k in bad if k in _ARG_HOMES})
+        hint = f"import {' and '.join(homes)} (or minillm.all)" if homes else "later chapters add more: import minillm.all"
         raise ValueError(f"unknown argument(s) {bad}; the loaded chapters take: {', '.join(GENERATE_ARGS)} "
-                         f"(later chapters add more: import minillm.all; `generate_modes()` lists who takes what)")
+                         f"({hint}; `generate_modes()` lists who takes what)")
     return {k: v for k, v in kw.items() if not (k in UNSET_ARGS and _is_unset(k, v))}
 
 def _drain(gen):
@@ -296,8 +302,8 @@ def generate(self:LLM, prompt, max_new_tokens:int|None=None, params=None, **kwar
     """Generate a continuation of `prompt` (text, chat messages or token ids). Defined once, here: the keywords are those of the modes
     the loaded chapters registered, and the call runs in the mode of the latest chapter that claims it; `generate_modes()` prints them.
     This chapter: greedy with `max_new_tokens` (default 128), `stop`, `ignore_eos`, `use_cache`, `top_logprobs`. Chapter 03: sampling
-    (`temperature`, `top_p`, ... or `params=SamplingParams(...)`); 05a/05b: `regex`, `json_schema`, `choice`, `grammar`; 06/06a: `draft`;
-    07: a list of prompts and `n`; 11: `cache`. Returns a `Generation` (a list for a batch or for `n` > 1)."""
+    (`temperature`, `top_p`, ... or `params=SamplingParams(...)`); 05a: `regex`, `choice`; 05b: `grammar`; 05c/05d: `json_schema`;
+    06/06a: `draft`; 07: a list of prompts; 07b: `n` > 1; 11: `cache`. Returns a `Generation` (a list for a batch or for `n` > 1)."""
     kw = _call_kwargs(max_new_tokens, params, kwargs)
     m = pick_mode(prompt, kw)
     return m.generate(self, prompt, kw) if m.generate is not None else _drain(m.run(self, prompt, kw))

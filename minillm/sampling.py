@@ -509,7 +509,7 @@ def make_picker(params:SamplingParams, device='cpu', eos_ids=()):
 
 # %% ../nbs/03_sampling.ipynb #0454b3a0-s1
 _FIELDS = [f.name for f in fields(SamplingParams)]
-CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): 05a adds regex and choice, 05b grammar, 05c json_schema
+CONSTRAINT_KINDS: dict[str, tuple[str, Callable]] = {}   # keyword -> (chapter, factory): 05a adds regex and choice, 05b grammar, 05c json_schema (05d a second compiler for it)
 
 def register_constraint(kind:str, chapter:str, factory:Callable, doc:str='') -> None:
     "Make `kind=value` a keyword of `generate`, `SamplingParams`-style calls and the Engine: it becomes `constraint=factory(value)`."
