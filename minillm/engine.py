@@ -568,10 +568,11 @@ def run_speculative_batch(llm:LLM, reqs:list[Request], draft, num_draft_tokens:i
                 Tb, n_d = len(f), len(d)
                 lg = logits[b, Tb - n_d - 1:Tb]                            # (d+1, V) at the pending token and the draft
                 n, nxt = verify_round(lg, r.params, r.prompt_ids + r.out, d, q, len(r.prompt_ids), r.eos, r.gen)   # chapter 06's rule
-                r.passes += 1; r.drafted += n_d; r.accepted += n
+                r.passes += 1; r.drafted += n_d
                 cache.rollback((T - Tb) + (n_d - n), row=b)                # forget the padding and the rejected draft tokens
                 lp = F.log_softmax(lg[:n + 1].float(), -1)
                 for i, t in enumerate(d[:n] + [nxt]):
+                    r.accepted += i < n                                    # an accepted draft token counts once it reaches the text (chapter 06)
                     r.add(t, lp[i])
                     if r.t_first is None: r.t_first = now
                     if r.finished: break

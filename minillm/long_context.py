@@ -16,6 +16,7 @@ from .engine import merge_attention   # chapter 07b's merge of two attention par
 import minillm.batching   # `is_batch`, and chapter 07's modes registered
 import minillm.loop
 import minillm.fast, minillm.kernels   # chapter 09's formats and compiled steps, and 09b's block kernels, registered for `LLM.load`
+from .fast import CompiledDecoder, CompiledLLM   # chapter 09's compiled model, which `with_rope_scaling` keeps compiled
 
 # %% auto #0
 __all__ = ['CACHE_ARGS', 'QUANT_METHODS', 'kv_bytes_per_token', 'llama_params', 'memory_calculator', 'stream_nll',
@@ -68,11 +69,18 @@ def memory_calculator(shapes:dict|None=None, weight_bits:int=16):
 # %% ../nbs/11_long_context.ipynb #lc-rope-lib
 @patch
 def with_rope_scaling(self:LLM, rope_scaling:dict|None) -> LLM:
-    "The same weights under another RoPE scaling (None: plain RoPE): a new `LLM` whose model shares every parameter with this one."
+    """The same weights under another RoPE scaling (None: plain RoPE): a new `LLM` whose model shares every parameter with this one.
+    A compiled model (chapter 09) gives a compiled one; a model split over processes (chapter 12a) is refused: load it with `rope_scaling=`."""
     import copy
-    model = copy.copy(self.model)                          # a shallow copy shares the submodules; only `cfg` is its own
-    model.cfg = self.model.cfg.with_rope_scaling(rope_scaling)
+    if type(self) not in (LLM, CompiledLLM) or not isinstance(self.model, (Transformer, CompiledDecoder)):
+        raise ValueError(f"with_rope_scaling works on an LLM or a CompiledLLM whose model runs in this process, not a {type(self).__name__}: "
+                         f"load it again with LLM.load(..., rope_scaling=...)")
+    compiled = isinstance(self.model, CompiledDecoder)
+    base = self.model.model if compiled else self.model    # the Transformer whose `rope` reads `cfg`
+    model = copy.copy(base)                                # a shallow copy shares the submodules; only `cfg` is its own
+    model.cfg = base.cfg.with_rope_scaling(rope_scaling)
     kind = 'plain RoPE' if model.cfg.rope_scaling is None else model.cfg.rope_scaling['rope_type']
+    if compiled: return CompiledLLM(CompiledDecoder(model, self.model.compile_mode), self.tokenizer, name=f"{self.name} ({kind})")
     return LLM(model, self.tokenizer, name=f"{self.name} ({kind})")
 
 # %% ../nbs/11_long_context.ipynb #lc-nll-lib

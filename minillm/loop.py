@@ -89,17 +89,20 @@ def generate_steps(llm:LLM, prompt_ids:list[int], *, max_new_tokens:int, pick:Ca
         timer.start = time.perf_counter()
         logits = prefill(model, tokens, cache)                                   # (1, V)
         timer.prefill = time.perf_counter() - timer.start
-        for i in range(max_new_tokens):
-            nxt = pick(logits, tokens)                                           # (1,)
+    for i in range(max_new_tokens):
+        with torch.inference_mode():                 # each step computes in the mode and yields after leaving it: between two steps
+            nxt = pick(logits, tokens)               # the caller (or another stream) runs in its own grad mode; (1,)
             lp = F.log_softmax(logits.float(), -1)
             t = int(nxt[0])
             top = None
             if top_logprobs:
                 v, ix = lp[0].topk(min(top_logprobs, lp.shape[-1]))
                 top = dict(zip(ix.tolist(), v.tolist()))
-            timer.decode = time.perf_counter() - timer.start - timer.prefill
-            yield Step(t, lp[0, t].item(), top)
-            if t in stop_ids or i == max_new_tokens - 1: break
+            step = Step(t, lp[0, t].item(), top)
+        timer.decode = time.perf_counter() - timer.start - timer.prefill
+        yield step
+        if t in stop_ids or i == max_new_tokens - 1: break
+        with torch.inference_mode():
             tokens = torch.cat([tokens, nxt.view(1, 1).to(tokens.device)], 1)  # append
             logits = decode_step(model, tokens, cache)                           # (1, V)
 

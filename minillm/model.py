@@ -293,8 +293,14 @@ def rope_inv_freq(head_dim:int, theta:float=10000.0, scaling:dict|None=None, seq
 def scaled_rope_tables(pos:torch.Tensor, cfg:ModelConfig, dtype=torch.float32):
     "`rope_tables` for `cfg.rope_scaling`: cos and sign-folded sin `(B, 1, T, D)`, both times the attention factor."
     s = cfg.rope_scaling
-    seq_len = int(pos.max()) + 1 if s['rope_type'] == 'dynamic' else None    # dynamic: frequencies follow the longest position
-    inv, att = rope_inv_freq(cfg.head_dim, cfg.rope_theta, s, seq_len)
+    if s['rope_type'] == 'dynamic' and torch.compiler.is_compiling():      # a compiled step (chapter 09) cannot read a tensor into a Python int:
+        L, f, D = s['original_max_position_embeddings'], s['factor'], cfg.head_dim   # the same base as `rope_inv_freq`'s, computed in tensors
+        n = (pos.max() + 1).clamp(min=L).float()
+        base = s.get('rope_theta', cfg.rope_theta) * ((f * n / L) - (f - 1)) ** (D / (D - 2))
+        inv, att = 1.0 / base ** (torch.arange(0, D, 2, dtype=torch.int64, device=pos.device).float() / D), 1.0
+    else:
+        seq_len = int(pos.max()) + 1 if s['rope_type'] == 'dynamic' else None    # dynamic: frequencies follow the longest position
+        inv, att = rope_inv_freq(cfg.head_dim, cfg.rope_theta, s, seq_len)
     freqs = pos.float()[..., None] * inv.to(pos.device)                     # (B, T, D/2)
     emb = torch.cat([freqs, freqs], dim=-1)                                 # (B, T, D)
     cos, sin = emb.cos() * att, emb.sin() * att
