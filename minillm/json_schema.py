@@ -489,7 +489,7 @@ def schema_to_regex(schema, ws:str=r'[ ]?', _depth:int=0, _root=None, _refs:tupl
     if '$ref' in s:                                              # inline the target, AND-ed with the siblings (2019-09 and later)
         ref = s.pop('$ref')
         if ref in _refs: raise ValueError(f"JSON schema: $ref {ref!r} is recursive; a regular expression cannot nest without bound "
-                                          "(chapter 05b's grammars can)")
+                                          "(chapter 05d's grammar path can: import minillm.schema_grammar)")
         target = _resolve(root, ref)
         return rec({'allOf': [s, target]} if s else target, _refs + (ref,))
     if 'allOf' in s:
