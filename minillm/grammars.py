@@ -134,7 +134,12 @@ def sequence(self:_GBNFParser, nm, nested):
             if not last: self.err(f"'{c}' follows nothing")
             item = last[0] if len(last) == 1 else ('r', self.new_rule(nm, [last]))   # a literal repeats as a whole
             del seq[len(seq) - len(last):]
-            seq += self.repeat(nm, item); last = []; continue
+            n0 = len(seq); seq += self.repeat(nm, item)
+            last = seq[n0:]; continue                            # a repetition may be repeated again: "a"{2}{3}, as llama.cpp reads it
+        elif c == '<' or c == '!' and self.s.startswith('<', self.i + 1):
+            self.err("llama.cpp's token terminals (<[id]>, <token-text> and their negation !<...>, its PR #17816) match one token "
+                     "id, not bytes, and are not supported here: write the text as a quoted literal (\"<think>\"), which matches "
+                     "its bytes however they are tokenized")
         else: self.err(f"unexpected character {c!r}")
         last = seq[n0:]
     return seq
@@ -154,7 +159,7 @@ def repeat(self:_GBNFParser, nm, item):
         self.i = m.end(); lo = int(m.group(1)); hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
         if hi is not None and hi < lo: self.err(f"repetition {{{lo},{hi}}} has max < min")
     else: lo, hi = {'*': (0, None), '+': (1, None), '?': (0, 1)}[c]
-    if c == '{' or hi is None and lo > 1:                    # x{lo,hi}: one counted position (see GrammarAutomaton), not hi copies
+    if c == '{':                                             # x{lo,hi}: one counted position (see GrammarAutomaton), not hi copies
         return [('n', item[1] if item[0] == 'r' else self.new_rule(nm, [[item]]), lo, hi)]
     if hi is None:                                           # x* and x+: R ::= x R | (empty)
         r = self.fresh(nm, len(self.names)); self.rules[r] = [[item, ('r', r)], []]
@@ -185,6 +190,10 @@ def _check_grammar(g:Grammar):
     "Refuse what a top-down recognizer cannot run: left recursion (a rule reaching itself before reading a byte) and rules that derive no finite text."
     n = len(g.rules)
     # a symbol is ('b', lo, hi) one byte, ('r', r) a rule, or ('n', r, lo, hi) rule r repeated lo..hi times (hi None: no bound)
+    for r, alts in enumerate(g.rules):                            # the recognizer stores no bound as -1: a negative hi must not reach it
+        for s in (s for alt in alts for s in alt if s[0] == 'n'):
+            if not (type(s[2]) is int and s[2] >= 0 and (s[3] is None or type(s[3]) is int and s[3] >= s[2])):
+                raise ValueError(f"grammar rule {g.names[r]!r}: a counted repetition needs 0 <= min <= max (max None for no bound), got {{{s[2]},{s[3]}}}")
     skip = lambda s, known: s[0] == 'r' and known[s[1]] or s[0] == 'n' and (s[2] == 0 or known[s[1]])
     nullable = _fixpoint(g, lambda alt, known: all(skip(s, known) for s in alt))
     productive = _fixpoint(g, lambda alt, known: all(s[0] == 'b' or s[0] == 'n' and s[2] == 0 or known[s[1]] for s in alt))
@@ -505,7 +514,7 @@ class _Recent(collections.OrderedDict):
 class GrammarIndex(TokenIndex):
     """05a's `TokenIndex` over a `GrammarAutomaton`: the same masks and prefix cache. A mask is the OR of two exact walks: tokens of at
     most `L` bytes walked from the state clipped for `L` bytes (cached under that state: every count of a long string shares it), and
-    the few longer tokens walked from the state itself. A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states).
+    the few longer tokens walked from the state clipped for the longest token (cached under that one). A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states).
     Masks and walks are kept for the `cache` states used last, rows of end states for a quarter of that (a row is 4 bytes a token),
     and all of them, in every index, within `CACHE_BYTES`."""
     def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True, cache:int=512):

@@ -439,11 +439,31 @@ def _object_regex(s:dict, rec, ws:str) -> str:
 
 
 # %% ../nbs/05c_json_schema.ipynb #cc000056-t0
+def _check_json_value(v, kw:str):
+    "A ValueError naming `kw` when an `enum`/`const` value is not JSON data: NaN or Infinity (Python's json reads and writes them, JSON has no such number), or a Python type JSON does not have."
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"JSON schema: '{kw}' holds {v!r}, which is not a JSON number (JSON has no NaN or Infinity); the output would not be JSON")
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str): raise ValueError(f"JSON schema: '{kw}' holds an object with the key {k!r}; JSON object keys are strings")
+            _check_json_value(x, kw)
+    elif isinstance(v, (list, tuple)):
+        for x in v: _check_json_value(x, kw)
+    elif not (v is None or isinstance(v, (bool, int, float, str))):
+        raise ValueError(f"JSON schema: '{kw}' holds a {type(v).__name__}, which is not JSON data (null, true/false, numbers, strings, arrays, objects)")
+
+def _enum_values(s:dict) -> list:
+    "The values of `enum`/`const` (`const` kept only when the `enum` beside it has it), each checked to be JSON data."
+    if 'enum' in s and not (isinstance(s['enum'], list) and s['enum']): raise ValueError("JSON schema: 'enum' must be a non-empty list")
+    vals = [s['const']] if 'const' in s else s['enum']
+    for kw, vs in (('const', [s['const']] if 'const' in s else []), ('enum', s.get('enum', []))):
+        for v in vs: _check_json_value(v, kw)
+    if 'const' in s and 'enum' in s: vals = [v for v in vals if _vkey(v) in {_vkey(x) for x in s['enum']}]
+    return vals
+
 def _enum_regex(s:dict, rec) -> str:
     "An `enum` or `const`: the values, written as JSON, that the rest of the schema admits (checked on its automaton)."
-    vals = [s['const']] if 'const' in s else s['enum']
-    if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-    if 'const' in s and 'enum' in s: vals = [v for v in vals if _vkey(v) in {_vkey(x) for x in s['enum']}]
+    vals = _enum_values(s)
     rest = {k: v for k, v in s.items() if k in SUPPORTED and k not in ('enum', 'const')}
     texts = [json.dumps(v, ensure_ascii=False) for v in vals]
     if rest:

@@ -8,8 +8,8 @@ import functools, json, re, time
 from fastcore.basics import patch
 from .constrained import Constraint, JSON_UNSAFE, STRING_CHAR, _NFA, _negate, _norm, _minus, utf8_sequences
 from .grammars import Grammar, GrammarConstraint
-from .json_schema import (TYPES, KEYWORDS, SUPPORTED, REFUSED, _Empty, _jkey, _vkey, _norm_schema, _types, _merge, _resolve, _disjoint,
-                                 _number_regex, _string_regex, schema_to_regex)
+from .json_schema import (TYPES, KEYWORDS, SUPPORTED, REFUSED, STRING_FORMATS, _Empty, _jkey, _vkey, _norm_schema, _types, _merge, _resolve,
+                                 _disjoint, _enum_values, _number_regex, _string_regex, _sre_parse, _sre_c, schema_to_regex)
 from .constrained import SCHEMA_PATHS
 from .sampling import register_constraint, CONSTRAINT_KINDS
 from .loop import GENERATE_ARGS
@@ -209,21 +209,23 @@ def _either(self:_SchemaGrammar, s:dict, comb:str, refs:tuple) -> list:
     return out
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000011-m2
+def _written_formats():
+    "A `jsonschema` format checker for the formats this path writes (05c's `STRING_FORMATS`), each checked as the subset of its standard a string with that format is written as; other formats stay annotations."
+    import jsonschema
+    fc = jsonschema.FormatChecker(formats=())
+    for name, rx in STRING_FORMATS.items(): fc.checks(name)(lambda v, rx=rx: not isinstance(v, str) or re.fullmatch(rx, v) is not None)
+    return fc
+
 @patch
 def enum(self:_SchemaGrammar, s:dict) -> list:
-    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (a string format as 05c writes it, the rest checked by `jsonschema`), each a literal."
-    vals = [s['const']] if 'const' in s else s['enum']
-    if not isinstance(vals, list) or not vals: raise ValueError("JSON schema: 'enum' must be a non-empty list")
-    if 'const' in s and 'enum' in s: vals = [v for v in vals if _vkey(v) in {_vkey(x) for x in s['enum']}]
+    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema` with the formats this path writes, at any depth), each a literal."
+    vals = _enum_values(s)                                        # a non-empty list of JSON data: NaN or Infinity is a ValueError (05c)
     rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
-    from minillm.json_schema import STRING_FORMATS                    # the formats this path writes (05c's), checked on the values as 05c does
-    if isinstance(fmt := rest.get('format'), str) and fmt in STRING_FORMATS:
-        vals = [v for v in vals if not isinstance(v, str) or re.fullmatch(STRING_FORMATS[fmt], v)]
     if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
     elif rest:
         import jsonschema
         check = {**rest, **{k: self.root[k] for k in ('$defs', 'definitions') if isinstance(self.root, dict) and k in self.root}}
-        vals = [v for v in vals if jsonschema.Draft202012Validator(check).is_valid(v)]
+        vals = [v for v in vals if jsonschema.Draft202012Validator(check, format_checker=_written_formats()).is_valid(v)]
     if not vals: raise _Empty(f"JSON schema: no value of the enum satisfies the rest of {s}")
     return [self.b.lit(t) for t in dict.fromkeys(json.dumps(v, ensure_ascii=False) for v in vals)]
 
@@ -266,6 +268,23 @@ def array(self:_SchemaGrammar, s:dict) -> list:
         return [('n', b.rule('items', [sep + [item]]), a, m)]
     return b.lit('[') + w + tail(0) + w + b.lit(']')
 
+def _anchored_prefix(p:str) -> str|None:
+    "The literal text every string that pattern `p` matches (Python's `re.search`, as jsonschema reads it) starts with, when `p` begins with `^` or `\\A` at its top level; None otherwise (or with a flag that changes `^` or letters)."
+    try: tree = _sre_parse.parse(p)
+    except Exception: return None
+    if tree.state.flags & (re.IGNORECASE | re.MULTILINE) or not len(tree) or tree[0] not in ((_sre_c.AT, _sre_c.AT_BEGINNING), (_sre_c.AT, _sre_c.AT_BEGINNING_STRING)):
+        return None
+    out = ''
+    for op, av in list(tree)[1:]:                                # the literals right after the anchor (a repetition takes its own literal along)
+        if op is not _sre_c.LITERAL: break
+        out += chr(av)
+    return out
+
+def _apart(p:str, q:str) -> bool:
+    "True when no string matches both patterns: both anchored at the start, by literal texts neither of which begins the other (`^a` and `^b`)."
+    a, b = _anchored_prefix(p), _anchored_prefix(q)
+    return a is not None and b is not None and not a.startswith(b) and not b.startswith(a)
+
 @patch
 def _pattern_keys(self:_SchemaGrammar, s:dict, name:str) -> list:
     "The patternProperties whose pattern `name` matches (Python's `re.search`, as jsonschema checks them)."
@@ -279,7 +298,8 @@ def _pattern_keys(self:_SchemaGrammar, s:dict, name:str) -> list:
 def object(self:_SchemaGrammar, s:dict) -> list:
     """An object. Listed properties are written in the schema's order (optional ones may be left out, others never written); each one's
     value also satisfies the patternProperties its name matches, and a name `propertyNames` rejects is left out. With no properties
-    listed, a map: keys matching a patternProperties pattern (or any key, or a `propertyNames` string), values of that schema."""
+    listed, a map: keys matching a patternProperties pattern (or any key, or a `propertyNames` string), values of that schema, and
+    of every other pattern such a key may match (a narrowing unless the patterns are `_apart`)."""
     import jsonschema
     b, w, sep = self.b, self._w(), self.b.lit(',') + self._w()
     props, req, addl = s.get('properties', {}), s.get('required', []), s.get('additionalProperties', True)
@@ -309,12 +329,14 @@ def object(self:_SchemaGrammar, s:dict) -> list:
     if lo > 1: raise ValueError(f"JSON schema: minProperties {lo} on an object without listed properties is not supported (a grammar "
                                 "cannot keep a map's keys distinct, and a repeated key counts once)")
     if pp and pn is not True: raise ValueError("JSON schema: patternProperties together with propertyNames is not supported")
-    if pp:                                                       # keys of each pattern; a key may match several: its value satisfies all
+    if hi == 0 or pn is False: pairs = []                         # no member (maxProperties 0), or no name allowed (propertyNames false): {} only
+    elif pp:                                                     # keys of each pattern; a key may match several: its value satisfies all
         pairs = []
-        for p in pp:
-            try: pairs.append((b.regex(_string_regex({'pattern': p}), 'key'), self.sym({'allOf': list(pp.values())} if len(pp) > 1 else pp[p])))
+        for p in pp:                                             # the schemas of every pattern a key of p may also match (all but those _apart)
+            share = [pp[q] for q in pp if q == p or not _apart(p, q)]
+            try: pairs.append((b.regex(_string_regex({'pattern': p}), 'key'), self.sym(share[0] if len(share) == 1 else {'allOf': share})))
             except _Empty: pass
-    elif addl is False or hi == 0 or pn is False: pairs = []          # propertyNames false: no name is allowed, {} is the only object
+    elif addl is False: pairs = []
     else:
         key = b.regex('"' + STRING_CHAR + '*"', 'key') if pn is True else self.sym({'allOf': [pn, {'type': 'string'}]})
         pairs = [(key, self.any_value() if addl is True else self.sym(addl))]
@@ -386,6 +408,7 @@ def json_schema_constraint(schema, path:str='grammar'):
     if not isinstance(schema, (dict, bool)): raise ValueError(f"json_schema must be a dict (a JSON Schema), got {type(schema).__name__}")
     try: key = json.dumps(schema, ensure_ascii=False)
     except RecursionError: raise ValueError("JSON schema nests deeper than 32 levels") from None   # too deep for json itself (hundreds of levels)
+    except TypeError as e: raise ValueError(f"json_schema must be JSON data (dicts, lists, strings, numbers, booleans, None): {e}") from None
     return _schema_cached(key, path)
 
 @functools.lru_cache(maxsize=256)
