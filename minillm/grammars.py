@@ -193,7 +193,8 @@ def _check_grammar(g:Grammar):
     for r, alts in enumerate(g.rules):                            # the recognizer stores no bound as -1: a negative hi must not reach it
         for s in (s for alt in alts for s in alt if s[0] == 'n'):
             if not (type(s[2]) is int and s[2] >= 0 and (s[3] is None or type(s[3]) is int and s[3] >= s[2])):
-                raise ValueError(f"grammar rule {g.names[r]!r}: a counted repetition needs 0 <= min <= max (max None for no bound), got {{{s[2]},{s[3]}}}")
+                raise ValueError(f"grammar rule {g.names[r]!r}: a counted repetition needs 0 <= min <= max "
+                                 f"(max None for no bound), got {{{s[2]},{s[3]}}}")
     skip = lambda s, known: s[0] == 'r' and known[s[1]] or s[0] == 'n' and (s[2] == 0 or known[s[1]])
     nullable = _fixpoint(g, lambda alt, known: all(skip(s, known) for s in alt))
     productive = _fixpoint(g, lambda alt, known: all(s[0] == 'b' or s[0] == 'n' and s[2] == 0 or known[s[1]] for s in alt))
@@ -514,7 +515,8 @@ class _Recent(collections.OrderedDict):
 class GrammarIndex(TokenIndex):
     """05a's `TokenIndex` over a `GrammarAutomaton`: the same masks and prefix cache. A mask is the OR of two exact walks: tokens of at
     most `L` bytes walked from the state clipped for `L` bytes (cached under that state: every count of a long string shares it), and
-    the few longer tokens walked from the state clipped for the longest token (cached under that one). A state with no bounded count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states).
+    the few longer tokens walked from the state clipped for the longest token (cached under that one). A state with no bounded
+    count, and every state when `fast=False`, gets 05a's walk of every token (and its row of end states).
     Masks and walks are kept for the `cache` states used last, rows of end states for a quarter of that (a row is 4 bytes a token),
     and all of them, in every index, within `CACHE_BYTES`."""
     def __init__(self, dfa:GrammarAutomaton, vocab:TokenVocab, block:int=64, fast:bool=True, cache:int=512):

@@ -440,7 +440,8 @@ def _object_regex(s:dict, rec, ws:str) -> str:
 
 # %% ../nbs/05c_json_schema.ipynb #cc000056-t0
 def _check_json_value(v, kw:str):
-    "A ValueError naming `kw` when an `enum`/`const` value is not JSON data: NaN or Infinity (Python's json reads and writes them, JSON has no such number), or a Python type JSON does not have."
+    """A ValueError naming `kw` when an `enum`/`const` value is not JSON data: NaN or Infinity (Python's json reads and writes them,
+    JSON has no such number), or a Python type JSON does not have."""
     if isinstance(v, float) and not math.isfinite(v):
         raise ValueError(f"JSON schema: '{kw}' holds {v!r}, which is not a JSON number (JSON has no NaN or Infinity); the output would not be JSON")
     if isinstance(v, dict):
@@ -450,7 +451,8 @@ def _check_json_value(v, kw:str):
     elif isinstance(v, (list, tuple)):
         for x in v: _check_json_value(x, kw)
     elif not (v is None or isinstance(v, (bool, int, float, str))):
-        raise ValueError(f"JSON schema: '{kw}' holds a {type(v).__name__}, which is not JSON data (null, true/false, numbers, strings, arrays, objects)")
+        raise ValueError(f"JSON schema: '{kw}' holds a {type(v).__name__}, which is not JSON data "
+                         "(null, true/false, numbers, strings, arrays, objects)")
 
 def _enum_values(s:dict) -> list:
     "The values of `enum`/`const` (`const` kept only when the `enum` beside it has it), each checked to be JSON data."

@@ -210,7 +210,8 @@ def _either(self:_SchemaGrammar, s:dict, comb:str, refs:tuple) -> list:
 
 # %% ../nbs/05d_schema_grammar.ipynb #gs000011-m2
 def _written_formats():
-    "A `jsonschema` format checker for the formats this path writes (05c's `STRING_FORMATS`), each checked as the subset of its standard a string with that format is written as; other formats stay annotations."
+    """A `jsonschema` format checker for the formats this path writes (05c's `STRING_FORMATS`), each checked as the subset of its
+    standard that a string with that format is written as; other formats stay annotations."""
     import jsonschema
     fc = jsonschema.FormatChecker(formats=())
     for name, rx in STRING_FORMATS.items(): fc.checks(name)(lambda v, rx=rx: not isinstance(v, str) or re.fullmatch(rx, v) is not None)
@@ -218,7 +219,8 @@ def _written_formats():
 
 @patch
 def enum(self:_SchemaGrammar, s:dict) -> list:
-    "A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema` with the formats this path writes, at any depth), each a literal."
+    """A finite set of values: those of `enum`/`const` that the rest of the schema admits (checked by `jsonschema` with the formats
+    this path writes, at any depth), each a literal."""
     vals = _enum_values(s)                                        # a non-empty list of JSON data: NaN or Infinity is a ValueError (05c)
     rest = {k: v for k, v in s.items() if k not in ('enum', 'const')}
     if set(rest) == {'type'}: vals = [v for v in vals if _json_type(v) in _types(rest) or _json_type(v) == 'integer' and 'number' in _types(rest)]
@@ -269,11 +271,12 @@ def array(self:_SchemaGrammar, s:dict) -> list:
     return b.lit('[') + w + tail(0) + w + b.lit(']')
 
 def _anchored_prefix(p:str) -> str|None:
-    "The literal text every string that pattern `p` matches (Python's `re.search`, as jsonschema reads it) starts with, when `p` begins with `^` or `\\A` at its top level; None otherwise (or with a flag that changes `^` or letters)."
+    """The literal text every string that pattern `p` matches (Python's `re.search`, as jsonschema reads it) starts with, when `p`
+    begins with `^` or `\\A` at its top level; None otherwise (or with a flag that changes `^` or letters)."""
     try: tree = _sre_parse.parse(p)
     except Exception: return None
-    if tree.state.flags & (re.IGNORECASE | re.MULTILINE) or not len(tree) or tree[0] not in ((_sre_c.AT, _sre_c.AT_BEGINNING), (_sre_c.AT, _sre_c.AT_BEGINNING_STRING)):
-        return None
+    anchors = ((_sre_c.AT, _sre_c.AT_BEGINNING), (_sre_c.AT, _sre_c.AT_BEGINNING_STRING))
+    if tree.state.flags & (re.IGNORECASE | re.MULTILINE) or not len(tree) or tree[0] not in anchors: return None
     out = ''
     for op, av in list(tree)[1:]:                                # the literals right after the anchor (a repetition takes its own literal along)
         if op is not _sre_c.LITERAL: break
