@@ -158,6 +158,7 @@ class Generation:
     target_passes: int = 0               # forward passes of the model over new tokens (prefill included)
     draft_tokens: int = 0                # speculative decoding (chapter 06): tokens proposed by the draft
     accepted_tokens: int = 0             # ... and how many of them the model accepted
+    tool_calls: list | None = field(default=None, repr=False)   # chapter 05e: the function calls parsed from the text (`ToolCall`s)
 
     @property
     def tokens_per_second(self) -> float:
