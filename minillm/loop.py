@@ -269,7 +269,7 @@ def _is_unset(k:str, v) -> bool:
     return v is None if u is None else (type(v) is type(u) and v == u)
 
 _ARG_HOMES = {'regex': 'minillm.constrained', 'choice': 'minillm.constrained', 'grammar': 'minillm.grammars', 'json_schema': 'minillm.json_schema',
-              'tools': 'minillm.tool_calls', 'tool_choice': 'minillm.tool_calls', 'parallel_tool_calls': 'minillm.tool_calls',
+              'tools': 'minillm.tool_calls', 'tool_choice': 'minillm.tool_calls', 'parallel_tool_calls': 'minillm.tool_calls', 'tool_format': 'minillm.tool_calls',
               'draft': 'minillm.speculative', 'num_draft_tokens': 'minillm.speculative', 'max_ngram': 'minillm.speculative', 'cache': 'minillm.long_context'}
 # the keywords of chapters 05a-11 and their modules, for the error when that module is not imported (a name, not an import)
 
