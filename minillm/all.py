@@ -17,6 +17,7 @@ from .constrained import *
 from .grammars import *
 from .json_schema import *
 from .schema_grammar import *
+from .tool_calls import *
 from .speculative import *
 from .draft_training import *
 from .batching import *
@@ -30,5 +31,5 @@ from .test_time import *
 from .long_context import *
 from .parallel import *
 from .tensor_parallel import *
-from . import model as _model, weights as _weights, measure as _measure, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, constrained as _constrained, grammars as _grammars, json_schema as _json_schema, schema_grammar as _schema_grammar, speculative as _speculative, draft_training as _draft_training, batching as _batching, engine as _engine, serving as _serving, server as _server, fast as _fast, kernels_src as _kernels_src, kernels as _kernels, test_time as _test_time, long_context as _long_context, parallel as _parallel, tensor_parallel as _tensor_parallel
-__all__ = [n for m in (_model, _weights, _measure, _loop, _sampling, _kvcache, _beam, _constrained, _grammars, _json_schema, _schema_grammar, _speculative, _draft_training, _batching, _engine, _serving, _server, _fast, _kernels_src, _kernels, _test_time, _long_context, _parallel, _tensor_parallel) for n in m.__all__]   # the union of every chapter's API
+from . import model as _model, weights as _weights, measure as _measure, loop as _loop, sampling as _sampling, kvcache as _kvcache, beam as _beam, constrained as _constrained, grammars as _grammars, json_schema as _json_schema, schema_grammar as _schema_grammar, tool_calls as _tool_calls, speculative as _speculative, draft_training as _draft_training, batching as _batching, engine as _engine, serving as _serving, server as _server, fast as _fast, kernels_src as _kernels_src, kernels as _kernels, test_time as _test_time, long_context as _long_context, parallel as _parallel, tensor_parallel as _tensor_parallel
+__all__ = [n for m in (_model, _weights, _measure, _loop, _sampling, _kvcache, _beam, _constrained, _grammars, _json_schema, _schema_grammar, _tool_calls, _speculative, _draft_training, _batching, _engine, _serving, _server, _fast, _kernels_src, _kernels, _test_time, _long_context, _parallel, _tensor_parallel) for n in m.__all__]   # the union of every chapter's API

@@ -161,6 +161,7 @@ class Generation:
     target_passes: int = 0               # forward passes of the model over new tokens (prefill included)
     draft_tokens: int = 0                # speculative decoding (chapter 06): tokens proposed by the draft
     accepted_tokens: int = 0             # ... and how many of them the model accepted
+    tool_calls: list | None = field(default=None, repr=False)   # chapter 05e: the function calls parsed from the text (`ToolCall`s)
 
     @property
     def tokens_per_second(self) -> float:
@@ -268,6 +269,7 @@ def _is_unset(k:str, v) -> bool:
     return v is None if u is None else (type(v) is type(u) and v == u)
 
 _ARG_HOMES = {'regex': 'minillm.constrained', 'choice': 'minillm.constrained', 'grammar': 'minillm.grammars', 'json_schema': 'minillm.json_schema',
+              'tools': 'minillm.tool_calls', 'tool_choice': 'minillm.tool_calls', 'parallel_tool_calls': 'minillm.tool_calls', 'tool_format': 'minillm.tool_calls',
               'draft': 'minillm.speculative', 'num_draft_tokens': 'minillm.speculative', 'max_ngram': 'minillm.speculative', 'cache': 'minillm.long_context'}
 # the keywords of chapters 05a-11 and their modules, for the error when that module is not imported (a name, not an import)
 

@@ -19,6 +19,7 @@ from .loop import encode_prompt
 from .engine import Engine, DEFAULT_TOKENS_PER_STEP, check_engine_args
 from .serving import *                                          # chapter 08: the request models, APIError, EngineWorker
 from .serving import _Sampling, _Handle
+from .tool_calls import ToolRequest, ToolCallStream, prepare_tools   # chapter 05e: tools, tool_choice
 
 # %% auto #0
 __all__ = ['token_bytes', 'EventStream', 'check_content_type', 'host_allowed', 'Guard', 'Endpoints', 'best_choices', 'make_app',
@@ -151,8 +152,26 @@ def _chat_messages(req:ChatCompletionRequest) -> list[dict]:
             if not all(isinstance(p, dict) and p.get('type') == 'text' and isinstance(p.get('text'), str) for p in c):
                 raise APIError(f"messages[{i}].content: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported", param='messages')
             c = ''.join(p['text'] for p in c)
-        out.append({'role': 'system' if m.role == 'developer' else m.role, 'content': c})
+        if c is None and not (m.role == 'assistant' and m.tool_calls):
+            raise APIError(f"messages[{i}].content is required (it may be null only in an assistant message with tool_calls)", param='messages')
+        out.append({'role': 'system' if m.role == 'developer' else m.role, 'content': c,
+                    **({'tool_calls': m.tool_calls} if m.tool_calls is not None else {}), **({'tool_call_id': m.tool_call_id} if m.tool_call_id else {})})
     return out
+
+def _tool_request(req:ChatCompletionRequest, tokenizer) -> ToolRequest|None:
+    "Chapter 05e: the `ToolRequest` of a chat request with tools (or with earlier calls in its messages); None for a plain chat."
+    if req.tools is None and req.tool_choice is None and req.parallel_tool_calls is None and not any(m.role == 'tool' or m.tool_calls for m in req.messages): return None
+    try: return prepare_tools(tokenizer, _chat_messages(req), req.tools, req.tool_choice, req.parallel_tool_calls)
+    except ValueError as e:
+        msg = str(e)
+        param = 'tool_choice' if 'tool_choice' in msg else 'messages' if msg.startswith('messages') else 'tools'
+        raise APIError(msg, param=param, code='invalid_tool_choice' if param == 'tool_choice' else 'invalid_tools' if param == 'tools' else None) from None
+
+def _tool_message(tr:ToolRequest|None, text:str, finish:str|None) -> tuple[dict, str|None]:
+    "The assistant message and finish reason of one finished choice: with tools (chapter 05e), the calls parsed out of its text."
+    content, calls = (text, []) if tr is None else tr.parse(text, truncated=finish == 'length')
+    if not calls: return dict(role='assistant', content=text), finish
+    return dict(role='assistant', content=content, tool_calls=[c.to_openai() for c in calls]), 'tool_calls' if finish == 'stop' else finish
 
 def _usage(prompt_tokens:int, completion_tokens:int) -> dict:
     return dict(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
@@ -185,7 +204,7 @@ class Endpoints:
 # %% ../nbs/08a_http.ipynb #08c00043p
 @patch
 async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
-    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams with `n`) jobs, one per prompt, and the prompt tokens for `usage`."
+    "Authenticate, read, validate: the request, its (prompt ids, SamplingParams with `n`) jobs, one per prompt, the prompt tokens for `usage`, and the `ToolRequest` of a chat with tools (chapter 05e; else None)."
     self.check_key(request)
     check_content_type(request)
     req = parse_body(kind, await _read_body(request, self.max_body_bytes))
@@ -193,8 +212,10 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
         raise APIError(f"the model {req.model!r} does not exist on this server; it serves {self.name!r} (GET /v1/models)", 404, param='model', code='model_not_found')
     if req.stream_options is not None and not req.stream:
         raise APIError("stream_options is only allowed with stream: true", param='stream_options')
+    tr = None
     if kind is ChatCompletionRequest:
-        prompts, param = [await self.encode(_chat_messages(req), 'messages')], 'messages'
+        tr = await anyio.to_thread.run_sync(_tool_request, req, self.llm.tokenizer)   # tools rendered into the prompt, their grammar compiled
+        prompts, param = [await self.encode(self.llm.tokenizer.encode(tr.prompt) if tr else _chat_messages(req), 'messages')], 'messages'
         asked_name = 'max_completion_tokens' if req.max_completion_tokens is not None else 'max_tokens'
         asked = getattr(req, asked_name)
     else:
@@ -229,9 +250,12 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
                            f"{max_new} for the completion{'' if asked is not None else ', the default'}); lower max_tokens or shorten the prompt",
                            param=param, code='context_length_exceeded')
         p = to_sampling_params(req, max_new, self.llm.config.vocab_size)
+        if tr is not None and tr.constraint is not None:
+            if p.constraint is not None: raise APIError("tools cannot be combined with response_format or grammar: the calls' grammar is the constraint", param='tools')
+            p = replace(p, constraint=tr.constraint)
         for a in range(0, drawn, rows):                                # n samples as one engine request (at most a batch of them): choice i seeded seed + i
             jobs.append((ids, replace(p, n=min(rows, drawn - a), seed=None if p.seed is None else p.seed + a)))
-    return req, jobs, sum(len(ids) for ids in prompts)
+    return req, jobs, sum(len(ids) for ids in prompts), tr
 
 
 # %% ../nbs/08a_http.ipynb #08c00043b
@@ -273,9 +297,10 @@ def logprobs(self:Endpoints, chat:bool, d:Delta, offset:int=0) -> dict:
     return _logprob_text(tok, d.token_ids, d.logprobs, d.top_logprobs, offset)
 
 @patch
-async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
-    "The server-sent events of a streaming request: a chunk per step per choice, an optional usage chunk, then [DONE]; an error event before [DONE] if it fails."
+async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int, tr:ToolRequest|None=None):
+    "The server-sent events of a streaming request: a chunk per step per choice (with tools, content until the calls, then each call), an optional usage chunk, then [DONE]; an error event before [DONE] if it fails."
     done, ntok, sent = 0, 0, [0] * len(hs)
+    ts = {h.index: ToolCallStream(tr) for h in hs} if tr is not None and tr.choice != 'none' else None   # chapter 05e
     try:
         if chat:
             for h in hs: yield _sse(dict(head, choices=[dict(index=h.index, delta=dict(role='assistant', content=''), logprobs=None, finish_reason=None)]))
@@ -285,9 +310,22 @@ async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyn
                 e = d if isinstance(d, APIError) else APIError(str(d), 500, 'server_error')
                 yield _sse(e.body()); break
             ntok += len(d.token_ids); done += d.finish_reason is not None
-            if not (d.text or d.finish_reason or want_lp): continue
+            text, finish, calls = d.text, d.finish_reason, []
+            if ts is not None:                                        # content is held back from the trigger on; the calls come at the end
+                text = ts[d.index].feed(d.text)
+                if finish:
+                    rest, calls = ts[d.index].finish(finish == 'length'); text += rest
+                    if calls and finish == 'stop': finish = 'tool_calls'
+            if not (text or finish or want_lp): continue
             lp = self.logprobs(chat, d, sent[d.index]) if want_lp else None
-            if chat: choice = dict(index=d.index, delta=dict(content=d.text) if d.text else {}, logprobs=lp, finish_reason=d.finish_reason)
+            if calls:                                                 # as OpenAI streams a call: its id and name first, then its arguments
+                if text or lp: yield _sse(dict(head, choices=[dict(index=d.index, delta=dict(content=text) if text else {}, logprobs=lp, finish_reason=None)]))
+                for k, c in enumerate(calls):
+                    f = c.to_openai()['function']
+                    for part in (dict(index=k, id=c.id, type='function', function=dict(name=c.name, arguments='')), dict(index=k, function=dict(arguments=f['arguments']))):
+                        yield _sse(dict(head, choices=[dict(index=d.index, delta=dict(tool_calls=[part]), logprobs=None, finish_reason=None)]))
+                text, lp = '', None
+            if chat: choice = dict(index=d.index, delta=dict(content=text) if text else {}, logprobs=lp, finish_reason=finish)
             else: choice = dict(index=d.index, text=d.text, logprobs=lp, finish_reason=d.finish_reason)
             sent[d.index] += len(d.text)
             yield _sse(dict(head, choices=[choice]))
@@ -301,7 +339,7 @@ async def events(self:Endpoints, req, chat:bool, head:dict, want_lp:bool, q:asyn
 
 # %% ../nbs/08a_http.ipynb #08c00043a
 @patch
-async def answer(self:Endpoints, request:HTTPRequest, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int):
+async def answer(self:Endpoints, request:HTTPRequest, req, chat:bool, head:dict, want_lp:bool, q:asyncio.Queue, hs:list, prompt_tokens:int, tr:ToolRequest|None=None):
     "Gather every choice's tokens and answer one JSON object (with `best_of` > n, the n best of each prompt's samples); release the choices early (499) if the client disconnects first."
     try:
         acc = [dict(ids=[], text='', lps=[], tops=[], finish=None) for _ in hs]
@@ -326,7 +364,9 @@ async def answer(self:Endpoints, request:HTTPRequest, req, chat:bool, head:dict,
     kept = best_choices(acc, drawn, n) if drawn > n else [(h.index, a) for h, a in zip(hs, acc)]
     for i, a in kept:
         lp = self.logprobs(chat, Delta(i, a['ids'], a['text'], a['lps'], a['tops'])) if want_lp else None
-        if chat: choices.append(dict(index=i, message=dict(role='assistant', content=a['text']), logprobs=lp, finish_reason=a['finish']))
+        if chat:
+            message, finish = _tool_message(tr, a['text'], a['finish'])   # with tools (chapter 05e): the calls, and finish_reason 'tool_calls'
+            choices.append(dict(index=i, message=message, logprobs=lp, finish_reason=finish))
         else: choices.append(dict(index=i, text=a['text'], logprobs=lp, finish_reason=a['finish']))
     return dict(head, object='chat.completion' if chat else 'text_completion', choices=choices,
                 usage=_usage(prompt_tokens, sum(len(a['ids']) for a in acc)))
@@ -334,7 +374,7 @@ async def answer(self:Endpoints, request:HTTPRequest, req, chat:bool, head:dict,
 @patch
 async def run(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
     "Answer one completions or chat request: prepare it, submit its choices, then stream chunks or answer one JSON object."
-    req, jobs, prompt_tokens = await self.prepare(request, kind)
+    req, jobs, prompt_tokens, tr = await self.prepare(request, kind)
     chat = kind is ChatCompletionRequest
     head = dict(id=('chatcmpl-' if chat else 'cmpl-') + uuid.uuid4().hex, object='chat.completion.chunk' if chat else 'text_completion',
                 created=int(time.time()), model=self.name)
@@ -343,8 +383,8 @@ async def run(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
     if req.stream:
         def close():
             for h in hs: self.worker.release(h)
-        return EventStream(self.events(req, chat, head, want_lp, q, hs, prompt_tokens), close)
-    return await self.answer(request, req, chat, head, want_lp, q, hs, prompt_tokens)
+        return EventStream(self.events(req, chat, head, want_lp, q, hs, prompt_tokens, tr), close)
+    return await self.answer(request, req, chat, head, want_lp, q, hs, prompt_tokens, tr)
 
 
 # %% ../nbs/08a_http.ipynb #08c00043m

@@ -71,10 +71,12 @@ class CompletionRequest(_Sampling):
     best_of: int | None = Field(None, ge=1)
 
 class ChatMessage(_Body):
-    "One chat message: a role and text content (a string, or a list of text parts)."
-    role: Literal['system', 'developer', 'user', 'assistant']
-    content: str | list[dict]
+    "One chat message: a role and text content (a string, or a list of text parts); with tools (chapter 05e), an assistant's `tool_calls` and a tool result's `tool_call_id`."
+    role: Literal['system', 'developer', 'user', 'assistant', 'tool']
+    content: str | list[dict] | None = None                    # None only for an assistant message that made tool calls
     name: str | None = None
+    tool_calls: list[dict] | None = None                       # chapter 05e: the calls an assistant message made
+    tool_call_id: str | None = None                            # chapter 05e: the call a `role: "tool"` message answers
 
 class ChatCompletionRequest(_Sampling):
     "Body of `POST /v1/chat/completions`."
@@ -82,6 +84,9 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[dict] | None = None                            # chapter 05e: functions the model may call
+    tool_choice: str | dict | None = None                      # 'none', 'auto', 'required' or {"type": "function", "function": {"name": ...}}
+    parallel_tool_calls: bool | None = None                    # several calls in one answer (default true)
 
 for _m in (_Sampling, CompletionRequest, ChatMessage, ChatCompletionRequest): _m.model_rebuild()   # resolve the annotations now
 

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # notebooks by their test time, longest first (measured with 2 workers of 1 thread: 316 s for 09 down to 12 s for index; others follow by name)
-HEAVY_FIRST = ['09_fast', '09b_kernels', '06_speculative', '07_batching', '07b_engine', '12a_tensor_parallel', '12_parallel', '06a_draft_training', '05d_schema_grammar', '05c_json_schema', '02_loop', '05_beam', '08a_http', '91_cli', '05a_constrained', '05b_grammars', '11_long_context', '10_test_time', '03_sampling', '08_serving', '01_weights', '04_kvcache', 'index']
+HEAVY_FIRST = ['09_fast', '09b_kernels', '06_speculative', '07_batching', '07b_engine', '12a_tensor_parallel', '12_parallel', '06a_draft_training', '05d_schema_grammar', '05c_json_schema', '05e_tool_calls', '02_loop', '05_beam', '08a_http', '91_cli', '05a_constrained', '05b_grammars', '11_long_context', '10_test_time', '03_sampling', '08_serving', '01_weights', '04_kvcache', 'index']
 
 def run_one(fn:str, skip:str, force:str, basepath:str, result:str):
     "In a child process: test one notebook with nbdev's `test_nb` and write (passed, seconds) as JSON to `result`."
