@@ -98,7 +98,7 @@ def step_cost(llm,  # an `LLM` (chapter 01) whose `new_cache` exists (chapter 04
     "Median seconds of one cached forward pass for each n in `rows` after a `context`-token prefix: n new tokens of one sequence (verifying a draft), or with `batched`, one new token in each of n sequences (a batched or beam decoding step)."
     is_count = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1
     if isinstance(rows, (int, str)) or not hasattr(rows, '__iter__') or not (rows := tuple(rows)) or not all(map(is_count, rows)):
-        raise ValueError(f"step_cost: rows must be a non-empty sequence of integers >= 1, such as (1, 4), got {rows!r}")
+        raise ValueError(f"step_cost: rows must be integers >= 1, in a non-empty sequence such as (1, 4), got {rows!r}")
     for name, v in (('context', context), ('reps', reps)):
         if not is_count(v): raise ValueError(f"step_cost: {name} must be an integer >= 1, got {v!r}")
     if (need := context + (1 if batched else max(rows))) > llm.config.max_seq_len:
