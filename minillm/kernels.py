@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from .model import Block
 from .weights import LLM, load_weights, register_format, register_load_option, unpermute_rope, default_gguf
-from .kernels_src import *                              # chapter 09a: the C++ source, its build, the activation forms
+from .kernels_src import *                              # chapter 09a: the C++ source and its build
 from .fast import _groups, _round_away   # chapter 09's block rounding (importing it also registers 09's forms, int8 and q4_0)
 
 
@@ -92,6 +92,14 @@ def _check_width(lin, x, silu_mul):
     "A `ValueError` naming the sizes unless `x` has the layer's input width (twice it for SwiGLU's `[gate, up]`)."
     k = lin.in_features * (2 if silu_mul else 1)
     if x.shape[-1] != k: raise ValueError(f"{type(lin).__name__}: x has {x.shape[-1]} columns, the layer takes {k}" + (f" ([gate, up], twice in_features = {lin.in_features})" if silu_mul else ""))
+def _residual(lin, x, residual):
+    "`residual` as the kernels take it (contiguous float32), after a `ValueError` unless it is a tensor of the output's shape: one contract on every route, no broadcasting."
+    if residual is None: return None
+    want = (*x.shape[:-1], lin.out_features)
+    if not isinstance(residual, torch.Tensor) or tuple(residual.shape) != want:
+        got = tuple(residual.shape) if isinstance(residual, torch.Tensor) else type(residual).__name__
+        raise ValueError(f"{type(lin).__name__}: residual must have the output's shape {want}, got {got} (it is added element by element, not broadcast)")
+    return residual.float().contiguous()
 def _check_blocks(name, N, K, bias):
     "The checks both block layers make on their sizes: N >= 1 outputs, K a positive multiple of 32, a bias of N values."
     if N < 1 or K < 1: raise ValueError(f"{name}: N = {N} outputs, K = {K} inputs per row; a layer needs at least one of each (K at least one block of 32)")
@@ -152,8 +160,8 @@ class Q4_1Linear(nn.Module):
         return packed, sz
 
     def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N)
-        "`x @ W^T`; with `norm` (an `RMSNorm`) of `norm(x)`, with `silu_mul` of SwiGLU's `silu(gate) * up` for `x = [gate, up]` (..., 2K), plus `residual` if given."
-        _check_width(self, x, silu_mul)
+        "`x @ W^T`; with `norm` (an `RMSNorm`) of `norm(x)`, with `silu_mul` of SwiGLU's `silu(gate) * up` for `x = [gate, up]` (..., 2K), plus `residual` (the output's shape) if given."
+        _check_width(self, x, silu_mul); residual = _residual(self, x, residual)
         if self.fast and self.act != 'float32':                          # all of it in one C++ call
             return _plus_bias(torch.ops.minillm.q4_1_qmm(x.float().contiguous(), self.qs, self.d, self.m, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
         x = _before(x, norm, silu_mul)
@@ -197,7 +205,7 @@ class Q8_0Linear(nn.Module):
         return done[1]
 
     def forward(self, x, norm=None, residual=None, silu_mul:bool=False):   # x: (..., K) -> (..., N), as `Q4_1Linear`
-        _check_width(self, x, silu_mul)
+        _check_width(self, x, silu_mul); residual = _residual(self, x, residual)
         if self.fast and self.act != 'float32':
             return _plus_bias(torch.ops.minillm.q8_0_qmm(x.float().contiguous(), self.qs, self.d, ACT_BITS[self.act], _w(norm), _eps(norm), residual, silu_mul), self)
         x = _before(x, norm, silu_mul)

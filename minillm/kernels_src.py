@@ -124,12 +124,12 @@ static void q4_1_rows(const float* x, int64_t K, const uint8_t* qs, const at::Ha
   }
 }
 
-template <int R>
 """   # part 1 of the kernels' C++ source: the header and the Q4_1 row kernel
 
 
 # %% ../nbs/09a_kernel_source.ipynb #blk-src-2
-_QK_Q8_0 = r"""static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
+_QK_Q8_0 = r"""template <int R>
+static void q8_0_rows(const float* x, int64_t K, const int8_t* qs, const at::Half* d, int64_t n0, int64_t n1, float* y, int64_t N) {
   const int64_t nb = K / 32;
   for (int64_t n = n0; n < n1; ++n) {
     const int8_t* q = qs + n * K;
@@ -239,7 +239,7 @@ static void quantize_act(const float* x, int64_t M, int64_t K, A* q, float* xd, 
       finite = (_mm512_cmp_ps_mask(aa, big, _CMP_LE_OQ) & _mm512_cmp_ps_mask(ac, big, _CMP_LE_OQ)) == 0xFFFF;   // false for NaN too
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(aa, ac));
       if (finite) {
-        const float id = amax > 0.f ? qmax / amax : 0.f;
+        const float id = qmax / amax <= FLT_MAX ? qmax / amax : 0.f;   // 0 for a block of zeros, and for one so small that qmax / amax overflows: codes 0, never (int) of infinity
         __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));   // round to nearest, ties to even
         __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(id)));
         _mm512_storeu_si512((void*)p, qa); _mm512_storeu_si512((void*)(p + 16), qc);
@@ -249,7 +249,7 @@ static void quantize_act(const float* x, int64_t M, int64_t K, A* q, float* xd, 
       float amax = 0.f;
       for (int j = 0; j < 32; ++j) { const float t = std::fabs(v[j]); finite &= t <= FLT_MAX; amax = std::max(amax, t); }
       if (finite) {
-        const float id = amax > 0.f ? qmax / amax : 0.f;
+        const float id = qmax / amax <= FLT_MAX ? qmax / amax : 0.f;   // 0 for a block of zeros, and for one so small that qmax / amax overflows: codes 0, never (int) of infinity
         for (int j = 0; j < 32; ++j) { p[j] = (int)std::nearbyint(v[j] * id); s += p[j]; }
       }
 #endif
@@ -656,11 +656,11 @@ def _library_name(source:str, flags:list[str], cpu:str) -> str:
     return 'minillm_qkernels_' + hashlib.sha1('\0'.join([source, ' '.join(flags), cpu]).encode()).hexdigest()[:10]
 
 def _build_error(e:Exception) -> str:
-    "What went wrong, short: torch's first line and the compiler's `error:` lines (at most three), else the last line of the message."
+    "What went wrong, short: torch's first line and the compiler's and linker's error lines (`error:`, `cannot find`, `undefined reference`; at most three), else the last line of the message."
     import re
     lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
     if not lines: return type(e).__name__
-    errs = [l[:300] for l in lines[1:] if re.search(r'\b(fatal )?error\b', l, re.I) and not l.startswith('FAILED')][:3]
+    errs = [l[:300] for l in lines[1:] if re.search(r'\b(fatal )?error\b|cannot find|undefined reference', l, re.I) and not l.startswith('FAILED')][:3]   # the linker's cause too
     head = lines[0].split(': [')[0][:200]                                # "Error building extension 'name'", without ninja's command line
     return f"{type(e).__name__}: {head}" + (': ' + ' | '.join(errs) if errs else (': ' + lines[-1][:300] if len(lines) > 1 else ''))
 
@@ -689,7 +689,7 @@ def qkernel_error() -> str|None:
     "Why the C++ kernels could not be built (None: they were, or nobody asked yet)."
     return _QK.get('error')
 def q8_isa() -> int:
-    "How the integer-activation kernels run: 2 with AVX-512 VNNI, 1 with SIMD but no VNNI (AVX-512BW or AVX2, `q8_path` says which), 0 the plain loop (no SIMD path compiled, or forced by `plain_loop`), -1 no kernels."
+    "How the integer-activation kernels run: 2 with AVX-512 VNNI, 1 with SIMD but no VNNI (AVX-512BW or AVX2, `q8_path` says which), 0 the plain loop (no SIMD path compiled, or forced by `torch.ops.minillm.set_plain(True)` or `MINILLM_PLAIN_KERNELS=1`), -1 no kernels."
     return int(torch.ops.minillm.q8_isa()) if qkernels() else -1
 _Q8_PATHS = {(2, 512): 'AVX-512 VNNI', (1, 512): 'AVX-512BW', (1, 256): 'AVX2', (0, 0): 'plain loop'}
 def q8_path() -> str:

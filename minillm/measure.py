@@ -4,12 +4,13 @@
 
 # %% ../nbs/01a_measure.ipynb #m1a02
 from __future__ import annotations
-import os, platform, time
+import functools, os, platform, time
 from typing import Callable
 import torch
 
 # %% auto #0
-__all__ = ['CPU_FEATURES', 'cpu_features', 'machine_info', 'median_time', 'interleaved', 'load_line', 'step_cost']
+__all__ = ['CPU_FEATURES', 'cpu_features', 'cpu_cores', 'cores_phrase', 'gpu_clause', 'machine_info', 'median_time',
+           'interleaved', 'load_line', 'step_cost']
 
 # %% ../nbs/01a_measure.ipynb #m1a06
 CPU_FEATURES = {'AVX2': ('avx2',), 'AVX-512': ('avx512f',), 'AVX512-BF16': ('avx512_bf16',),
@@ -20,39 +21,52 @@ def cpu_features(flags:str|list[str]) -> dict[str, bool]:
     have = set(flags.replace('flags', ' ').replace(':', ' ').split() if isinstance(flags, str) else flags)
     return {name: any(f in have for f in names) for name, names in CPU_FEATURES.items()}
 
+def cpu_cores(cpuinfo:str) -> int|None:
+    "Physical cores listed in the text of `/proc/cpuinfo`: one per (`physical id`, `core id`) pair, so two hyper-threads of a core count once; None where the text lists no `core id` (some virtual machines and architectures)."
+    cores, phys = set(), None
+    for line in cpuinfo.splitlines():
+        key, _, val = line.partition(':')
+        if key.strip() == 'processor': phys = None                   # a new logical CPU
+        elif key.strip() == 'physical id': phys = val.strip()
+        elif key.strip() == 'core id': cores.add((phys, val.strip()))
+    return len(cores) or None
+
+def cores_phrase(cores:int|None, ncpu:int) -> str:
+    "How `machine_info()` names the cores: the physical ones, the logical CPUs too where they differ, the logical CPUs alone where no core is listed."
+    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"
+    if cores is None: return f"{plural(ncpu, 'logical CPU')} (physical cores not listed)"
+    return plural(cores, 'core') + ('' if cores == ncpu else f", {plural(ncpu, 'logical CPU')}")
+
+def gpu_clause(props) -> str:
+    "The GPU part of `machine_info()`, from `torch.cuda.get_device_properties(...)`: the card, its SMs and memory, and the torch and CUDA that drive it."
+    return (f"; GPU: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB, "
+            f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+
 def machine_info() -> str:
     "One line naming this machine's CPU, its physical cores (and logical CPUs where they differ), torch's threads, which of AVX2, AVX-512, AVX512-BF16, VNNI (AVX-512) and AMX it has, and its CUDA GPU if torch sees one."
-    name, flags, cores = '', None, set()
     try:
-        with open('/proc/cpuinfo') as f:
-            phys = None
-            for line in f:
-                if line.startswith('model name') and not name: name = line.split(':', 1)[1].strip()
-                if line.startswith('flags') and flags is None: flags = line.split(':', 1)[1]
-                if line.startswith('physical id'): phys = line.split(':', 1)[1].strip()
-                if line.startswith('core id'): cores.add((phys, line.split(':', 1)[1].strip()))   # one per physical core
-    except OSError: pass
-    name = name or platform.processor() or 'unknown CPU'
+        with open('/proc/cpuinfo') as f: text = f.read()
+    except OSError: text = ''
+    field = lambda key: next((l.split(':', 1)[1] for l in text.splitlines() if l.startswith(key) and ':' in l), None)   # the first CPU's
+    name = (field('model name') or '').strip() or platform.processor() or 'unknown CPU'
+    flags = field('flags')
     if flags is None: feats = 'CPU flags unknown'
     else:
         f = cpu_features(flags)
         feats = ', '.join(k for k, v in f.items() if v) or 'none of ' + '/'.join(f)
         if missing := [k for k, v in f.items() if not v]: feats += '; no ' + ', '.join(missing)
         if 'avx_vnni' in flags.split() and not f['VNNI']: feats += '; AVX-VNNI (256 bits) only'
-    ncpu = os.cpu_count() or 0
-    cpus = f"{len(cores)} cores, {ncpu} logical CPUs" if cores and len(cores) != ncpu else f"{len(cores) or ncpu} cores"
-    gpu = ''
-    if torch.cuda.is_available():                                     # a GPU run names the card, its size and the software that drives it
-        p = torch.cuda.get_device_properties(0)
-        gpu = (f"; GPU: {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, "
-               f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+    cpus = cores_phrase(cpu_cores(text), os.cpu_count() or 0)
+    gpu = gpu_clause(torch.cuda.get_device_properties(0)) if torch.cuda.is_available() else ''   # a GPU run names the card
     return (f"{name}: {cpus}, {torch.get_num_threads()} torch threads, {feats} "
             f"(torch CPU capability {torch.backends.cpu.get_cpu_capability()}){gpu}")
 
+
 # %% ../nbs/01a_measure.ipynb #m1a11
 def _syncer(device):
-    "What waits for `device`'s queued work, so that a timer measures the work and not its launch: `torch.cuda.synchronize` on a GPU, None on the CPU (nothing to wait for). Asked once per timer, outside the timed region."
-    return torch.cuda.synchronize if torch.device(device).type == 'cuda' else None
+    "What waits for `device`'s queued work, so that a timer measures the work and not its launch: `torch.cuda.synchronize` of that GPU (not of whichever GPU is current), None on the CPU (nothing to wait for). Asked once per timer, outside the timed region."
+    device = torch.device(device)
+    return functools.partial(torch.cuda.synchronize, device) if device.type == 'cuda' else None
 
 def median_time(fn:Callable, reps:int=7, warmup:int=1, device='cpu') -> float:
     "Median seconds of `reps` calls of `fn()` after `warmup` untimed calls."
@@ -82,8 +96,14 @@ def load_line() -> str:
 def step_cost(llm,  # an `LLM` (chapter 01) whose `new_cache` exists (chapter 04)
                rows=(1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16), context:int=64, reps:int=7, batched:bool=False) -> dict[int, float]:
     "Median seconds of one cached forward pass for each n in `rows` after a `context`-token prefix: n new tokens of one sequence (verifying a draft), or with `batched`, one new token in each of n sequences (a batched or beam decoding step)."
-    if not rows or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows): raise ValueError(f"step_cost: rows must be integers >= 1, got {rows!r}")
-    if context < 1 or reps < 1: raise ValueError(f"step_cost: context and reps must be >= 1, got {context}, {reps}")
+    is_count = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    if isinstance(rows, (int, str)) or not hasattr(rows, '__iter__') or not (rows := tuple(rows)) or not all(map(is_count, rows)):
+        raise ValueError(f"step_cost: rows must be integers >= 1, in a non-empty sequence such as (1, 4), got {rows!r}")
+    for name, v in (('context', context), ('reps', reps)):
+        if not is_count(v): raise ValueError(f"step_cost: {name} must be an integer >= 1, got {v!r}")
+    if (need := context + (1 if batched else max(rows))) > llm.config.max_seq_len:
+        raise ValueError(f"step_cost: a {context}-token prefix and {1 if batched else max(rows)} new tokens per sequence need {need} "
+                         f"positions, more than the model's max_seq_len {llm.config.max_seq_len}")
     if not callable(getattr(llm, 'new_cache', None)):
         raise ValueError("step_cost times cached passes and needs `llm.new_cache`, which chapter 04 defines: import minillm.kvcache (or minillm.all)")
     model, dev, g = llm.model, llm.device, torch.Generator().manual_seed(0)

@@ -16,7 +16,7 @@ from .weights import LLM
 from .loop import Step, Timer, Generation, encode_prompt, run_generation
 from .sampling import SamplingParams, process_logits, resolve_params, FrameView, control_style
 from .kvcache import KVCache
-from .measure import step_cost   # the timer of a cached pass (chapter 01a), which this chapter first puts to work
+from .measure import step_cost   # the timer of a cached pass (chapter 01a; chapter 05d first ran it on the model)
 import minillm.beam   # chapter 05's `LLM.beam_search`, for the comparisons below
 
 # %% auto #0
