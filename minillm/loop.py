@@ -240,6 +240,7 @@ class GenerateMode:
     run: Callable|None = None          # run(llm, prompt, kw) -> iterator of text pieces that returns a `Generation` (can stream)
     generate: Callable|None = None     # generate(llm, prompt, kw) -> result, for modes that return several (batches, n samples)
     unset: dict = field(default_factory=dict)   # {keyword: value that means "not asked for"}: dropped before any mode looks
+    first: bool = False                # a mode that only prepares a call and hands the rest back to the whole table (05e's tools): asked before the others
 
 GENERATE_MODES: dict[str, GenerateMode] = {}
 GENERATE_ARGS: dict[str, tuple[str, str]] = {}    # keyword -> (chapter, meaning), for the unknown-argument check and the table
@@ -259,8 +260,8 @@ def register_mode(mode:GenerateMode) -> GenerateMode:
 
 # %% ../nbs/02_loop.ipynb #b2door1b
 def pick_mode(prompt, kw:dict, below:str|None=None) -> GenerateMode:
-    "The mode that runs `generate(prompt, **kw)`: of the modes (of chapters before `below`) that claim the call, the latest chapter's."
-    for m in sorted(GENERATE_MODES.values(), key=lambda m: m.chapter, reverse=True):
+    "The mode that runs `generate(prompt, **kw)`: of the modes (of chapters before `below`) that claim the call, a `first` mode's, else the latest chapter's."
+    for m in sorted(GENERATE_MODES.values(), key=lambda m: (m.first, m.chapter), reverse=True):
         if (below is None or m.chapter < below) and m.claims(prompt, kw): return m
     raise ValueError(f"no generation mode takes this call (arguments {sorted(kw)})")
 

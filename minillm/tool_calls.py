@@ -10,14 +10,14 @@ from typing import Callable
 from .weights import LLM, Tokenizer
 from .grammars import Grammar, GrammarConstraint
 from .schema_grammar import schema_to_grammar
-from .loop import GenerateMode, register_mode, stream_below, Generation
+from .loop import GenerateMode, register_mode, pick_mode, Generation
 from .sampling import CONSTRAINT_KINDS
 
 # %% auto #0
 __all__ = ['TOOL_FORMATS', 'DEFAULT_TOOL_FORMAT', 'TOOL_ARGS', 'check_tools', 'check_tool_choice', 'ToolCall', 'parse_hermes',
            'parse_llama3_json', 'parse_mistral', 'ToolFormat', 'tool_format_for', 'render_tool_messages',
-           'tool_call_grammar', 'tool_constraint', 'ToolRequest', 'prepare_tools', 'ToolCallStream', 'run_tools',
-           'assistant_message']
+           'tool_call_grammar', 'tool_constraint', 'ToolRequest', 'prepare_tools', 'ToolCallStream', 'prepare_call',
+           'read_calls', 'run_tools', 'generate_tools', 'assistant_message']
 
 # %% ../nbs/05e_tool_calls.ipynb #tc0013
 _NAME = re.compile(r'[A-Za-z0-9_-]{1,64}')
@@ -57,6 +57,12 @@ def check_tool_choice(tool_choice, tools:list[dict]) -> tuple[str, str|None]:
 # %% ../nbs/05e_tool_calls.ipynb #tc0016
 def _call_id(k:int=24) -> str: return ''.join(secrets.choice(string.ascii_letters + string.digits) for _ in range(k))
 
+def _json(x) -> str:
+    "JSON text of `x`, non-ASCII characters as they are; a lone surrogate (a `\\ud800` escape decoded alone), which UTF-8 cannot carry, stays an escape."
+    s = json.dumps(x, ensure_ascii=False)
+    try: s.encode('utf-8'); return s
+    except UnicodeEncodeError: return json.dumps(x)
+
 @dataclass
 class ToolCall:
     "One function call the model made: the function's name, its arguments (parsed from JSON) and an id the tool's answer refers to."
@@ -67,7 +73,7 @@ class ToolCall:
 
     def to_openai(self) -> dict:
         "The call as OpenAI's API writes it: arguments as a JSON string."
-        return {'id': self.id, 'type': 'function', 'function': {'name': self.name, 'arguments': json.dumps(self.arguments, ensure_ascii=False)}}
+        return {'id': self.id, 'type': 'function', 'function': {'name': self.name, 'arguments': _json(self.arguments)}}
 
     @classmethod
     def from_openai(cls, d:dict) -> 'ToolCall':
@@ -77,8 +83,6 @@ class ToolCall:
         return cls(f['name'], json.loads(args) if isinstance(args, str) else args, d.get('id') or 'call_' + _call_id())
 
 # %% ../nbs/05e_tool_calls.ipynb #tc0021
-_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
-
 def _call_of(obj, args_keys=('arguments',), start=-1, id_len=24) -> ToolCall:
     "A `ToolCall` from one decoded JSON object {name, arguments}; a ValueError when it is not one."
     if not isinstance(obj, dict) or not isinstance(obj.get('name'), str): raise ValueError(f"not a call: {obj!r:.60}")
@@ -88,12 +92,24 @@ def _call_of(obj, args_keys=('arguments',), start=-1, id_len=24) -> ToolCall:
     if not isinstance(args, dict): raise ValueError(f"arguments must be an object, got {args!r:.60}")
     return ToolCall(obj['name'], args, ('call_' if id_len == 24 else '') + _call_id(id_len), start)
 
+_WS = re.compile(r'\s*')
+
 def parse_hermes(text:str) -> tuple[str|None, list[ToolCall]]:
-    "Hermes calls (`<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>`, the last one may be unclosed), as vLLM's `hermes` parser reads them: (the text before the first call or None, the calls); any call that does not parse leaves the whole text as content."
-    if '<tool_call>' not in text: return text, []
-    try: calls = [_call_of(json.loads(m.group(1) if m.group(1) is not None else m.group(2)), start=m.start()) for m in _HERMES.finditer(text)]
+    """Hermes calls (`<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>`, the last one may be unclosed): (the text before the first
+    call or None, the calls); any call that does not parse leaves the whole text as content. As vLLM's `hermes` parser, except that each call's
+    JSON is read as JSON (`raw_decode`), so a `</tool_call>` inside a string argument belongs to the argument."""
+    if (i := text.find('<tool_call>')) < 0: return text, []
+    dec, calls, first = json.JSONDecoder(), [], i
+    try:
+        while i >= 0:
+            obj, end = dec.raw_decode(text, _WS.match(text, i + len('<tool_call>')).end())
+            calls.append(_call_of(obj, start=i))
+            end = _WS.match(text, end).end()
+            if text.startswith('</tool_call>', end): end += len('</tool_call>')
+            elif end < len(text): raise ValueError("a call must be followed by </tool_call> (only the last may be unclosed)")
+            i = text.find('<tool_call>', end)
     except (ValueError, KeyError): return text, []
-    return text[:text.find('<tool_call>')] or None, calls
+    return text[:first] or None, calls
 
 def parse_llama3_json(text:str) -> tuple[str|None, list[ToolCall]]:
     "Llama 3's JSON calls (`{\"name\": ..., \"parameters\": {...}}`, several joined by `;`, an optional `<|python_tag|>` first), as vLLM's `llama3_json` parser reads them, except that the text before the first call is kept as content (vLLM drops it)."
@@ -112,21 +128,25 @@ def parse_llama3_json(text:str) -> tuple[str|None, list[ToolCall]]:
     except ValueError: return text, []
     return text[:first].replace('<|python_tag|>', '') or None, calls
 
+_MISTRAL_NAME = re.compile(r'([A-Za-z0-9_-]+)\s*(?=\{)')
+
 def parse_mistral(text:str) -> tuple[str|None, list[ToolCall]]:
-    "Mistral's calls after `[TOOL_CALLS]`: a JSON array of {name, arguments} (tokenizers before v11) or `name{arguments}` (v11 and later), as vLLM's `mistral` parser reads them; ids of 9 letters and digits, as Mistral's templates require."
-    i = text.find('[TOOL_CALLS]')
-    if i < 0: return text, []
-    dec, calls = json.JSONDecoder(), []
+    """Mistral's calls after `[TOOL_CALLS]`: a JSON array of {name, arguments} (tokenizers before v11) or `name{arguments}` (v11 and later),
+    as vLLM's `mistral` parser reads them, except that the JSON is read as JSON, so a `[TOOL_CALLS]` inside a string argument does not
+    start a call; ids of 9 letters and digits, as Mistral's templates require."""
+    if (i := text.find('[TOOL_CALLS]')) < 0: return text, []
+    dec, calls, at = json.JSONDecoder(), [], i
     try:
-        for part in text[i:].split('[TOOL_CALLS]')[1:]:
-            rest = part.strip()
-            if rest[:1] in ('[', '{'):
-                obj, _ = dec.raw_decode(rest)
+        while at >= 0:
+            j = _WS.match(text, at + len('[TOOL_CALLS]')).end()
+            if text[j:j + 1] in ('[', '{'):
+                obj, end = dec.raw_decode(text, j)
                 calls += [_call_of(o, start=i, id_len=9) for o in (obj if isinstance(obj, list) else [obj])]
             else:
-                m = re.match(r'([A-Za-z0-9_-]+)\s*(?=\{)', rest)
-                if not m: raise ValueError("no function name after [TOOL_CALLS]")
-                calls.append(_call_of({'name': m.group(1), 'arguments': dec.raw_decode(rest, m.end())[0]}, start=i, id_len=9))
+                if not (m := _MISTRAL_NAME.match(text, j)): raise ValueError("no function name after [TOOL_CALLS]")
+                args, end = dec.raw_decode(text, m.end())
+                calls.append(_call_of({'name': m.group(1), 'arguments': args}, start=i, id_len=9))
+            at = text.find('[TOOL_CALLS]', end)                              # the next marker after this call's JSON, not inside it
     except (ValueError, IndexError): return text, []
     return text[:i] or None, calls
 
@@ -164,7 +184,7 @@ class ToolFormat:
 
     def render_calls(self, calls:list[ToolCall]) -> str:
         "The text of `calls` exactly as this format writes them (what the grammar allows, with the spacing the grammar picks)."
-        body = lambda c: c.name + self.mid + json.dumps(c.arguments, ensure_ascii=False) + self.close
+        body = lambda c: c.name + self.mid + _json(c.arguments) + self.close
         return self.opening + (self.sep.join(body(c) for c in calls)) + self.end
 
     def render_result(self, m:dict) -> dict:
@@ -310,23 +330,27 @@ class ToolRequest:
     constraint: GrammarConstraint | None
 
     def parse(self, text:str, truncated:bool=False) -> tuple[str|None, list[ToolCall]]:
-        """(content, calls) of a generated `text` (no calls under tool_choice='none'). A `truncated` text (cut by `max_new_tokens`) under
-        the constraint keeps the calls it completed: it is read up to the end of its last complete call."""
+        """(content, calls) of a generated `text` (no calls under tool_choice='none'). The grammar's text: the calls start at the first
+        trigger, and what comes before it is content, whatever it looks like. A `truncated` text (cut by `max_new_tokens`) keeps the calls
+        it completed: it is read up to the end of its last complete call."""
         if self.choice == 'none': return text, []
-        content, calls = self.format.parse(text)
         f = self.format
-        if truncated and not calls and self.constraint is not None and f.trigger in text:
+        if (at := text.find(f.trigger)) < 0: return text, []
+        _, calls = f.parse(text[at:])
+        if truncated and not calls:
             cut = len(text)
-            while (cut := text.rfind(f.close, 0, cut)) >= 0:                 # the last complete call, then the one before, ...
-                c2, calls = f.parse(text[:cut + len(f.close)] + f.end)
-                if calls: content = c2; break
-        return content, calls
+            while (cut := text.rfind(f.close, at, cut)) >= 0:                # the last complete call, then the one before, ...
+                if (calls := f.parse(text[at:cut + len(f.close)] + f.end)[1]): break
+        if not calls: return text, []
+        for c in calls: c.start = at + max(c.start, 0)                      # where each call begins in `text`
+        return text[:at] or None, calls
 
 def prepare_tools(tokenizer:Tokenizer, messages:list[dict], tools, tool_choice=None, parallel_tool_calls:bool|None=None,
                   tool_format:str|None=None) -> ToolRequest:
     "Check `tools` and `tool_choice`, render the conversation (tools, earlier calls and their results) with the chat template, and compile the constraint (`tools=None`: no tools, only the earlier calls rendered)."
     tools = [] if tools is None else check_tools(tools)             # no tools: a conversation that only carries earlier calls and results
-    if not tools and tool_choice not in (None, 'none'): raise ValueError(f"tool_choice={tool_choice!r} needs tools")
+    for k, v in (('tool_choice', tool_choice), ('parallel_tool_calls', parallel_tool_calls)):   # OpenAI's rule: 400 "'tool_choice' is only allowed when 'tools' are specified"
+        if not tools and v is not None: raise ValueError(f"{k} is only allowed when tools are given (got {k}={v!r} without tools)")
     choice, function = check_tool_choice(tool_choice, tools) if tools else ('none', None)
     if parallel_tool_calls is None: parallel_tool_calls = True
     if not isinstance(parallel_tool_calls, bool): raise ValueError(f"parallel_tool_calls must be True or False, got {parallel_tool_calls!r}")
@@ -372,23 +396,45 @@ TOOL_ARGS = {'tools': "functions the model may call (OpenAI's `tools`); the prom
              'parallel_tool_calls': 'allow several calls in one answer (default True)',
              'tool_format': "'hermes', 'llama3_json' or 'mistral' (default: the chat template's; Hermes where it has none)"}
 
-def run_tools(llm:LLM, prompt, kw:dict):
-    "This chapter's mode: render the tools into the prompt, decode under the calls' constraint (chapter 03's sampling or 02's loop, below), parse the calls into `Generation.tool_calls`."
+def _is_conversations(prompt) -> bool: return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(isinstance(p, (list, tuple)) for p in prompt)
+
+def prepare_call(llm:LLM, prompt, kw:dict) -> tuple[list[ToolRequest], list, dict]:
+    "A call with tools made into a call without: one `ToolRequest` per conversation, their prompts' token ids, and the other keywords with the calls' constraint added."
     kw = dict(kw)
     if kw.get('tools') is None: raise ValueError(f"{', '.join(k for k in TOOL_ARGS if k in kw)} need(s) tools=[...]")
-    if (other := [k for k in (*CONSTRAINT_KINDS, 'constraint') if kw.get(k) is not None]):
-        raise ValueError(f"tools cannot be combined with {other}: the calls' grammar is the constraint")
-    req = prepare_tools(llm.tokenizer, prompt, kw.pop('tools'), kw.pop('tool_choice', None), kw.pop('parallel_tool_calls', None), kw.pop('tool_format', None))
-    ids = llm.tokenizer.encode(req.prompt)
-    if req.constraint is not None: kw['constraint'] = req.constraint.bind(llm.tokenizer)
-    gen = yield from stream_below(llm, ids, kw, '05e')
+    tools, choice, parallel, fmt = (kw.pop(k, None) for k in TOOL_ARGS)
+    reqs = [prepare_tools(llm.tokenizer, p, tools, choice, parallel, fmt) for p in (prompt if _is_conversations(prompt) else [prompt])]
+    if reqs[0].constraint is not None:                                  # under tool_choice='none' the answer is text, in any output format
+        if (other := [k for k in (*CONSTRAINT_KINDS, 'constraint') if kw.get(k) is not None]):
+            raise ValueError(f"tools cannot be combined with {other} (except under tool_choice='none'): the calls' grammar is the constraint")
+        kw['constraint'] = reqs[0].constraint.bind(llm.tokenizer)      # the same tools, so the same constraint, for every conversation
+    return reqs, [llm.tokenizer.encode(r.prompt) for r in reqs], kw
+
+def read_calls(gen:Generation, req:ToolRequest) -> Generation:
+    "Parse `gen`'s text into `gen.tool_calls`; an answer of calls that ended at the end-of-sequence token finishes with 'tool_calls', as in OpenAI's API."
     _, calls = req.parse(gen.text, truncated=gen.finish_reason == 'length')
     gen.tool_calls = calls or None
     if calls and gen.finish_reason == 'stop': gen.finish_reason = 'tool_calls'
     return gen
 
+def run_tools(llm:LLM, prompt, kw:dict):
+    "This chapter's mode, streaming one answer: the tools rendered into the prompt, the rest of the call run by whichever mode takes it (sampling, a draft, ...), the calls parsed into `Generation.tool_calls`."
+    reqs, ids, kw = prepare_call(llm, prompt, kw)
+    if _is_conversations(prompt): raise ValueError("stream yields one sequence; a list of conversations returns several: use generate")
+    m = pick_mode(ids[0], kw)
+    if m.run is None: raise ValueError(f"stream yields one sequence; {m.when}, which returns several: use generate")
+    return read_calls((yield from m.run(llm, ids[0], kw)), reqs[0])
+
+def generate_tools(llm:LLM, prompt, kw:dict):
+    "This chapter's mode in `generate`: the same, for one conversation or a list of them, with `n` samples, a draft, ...: the rest of the call goes back to the table."
+    reqs, ids, kw = prepare_call(llm, prompt, kw)
+    out = llm.generate(ids if _is_conversations(prompt) else ids[0], **kw)   # the table again, now without tools: n samples (07b), a batch (07), a draft (06), ...
+    for req, o in zip(reqs, out if _is_conversations(prompt) else [out]):
+        for g in (o if isinstance(o, list) else [o]): read_calls(g, req)
+    return out
+
 register_mode(GenerateMode('tools', '05e', TOOL_ARGS, 'tools (or tool_choice) is given', claims=lambda prompt, kw: any(k in kw for k in TOOL_ARGS),
-                           run=run_tools, unset={k: None for k in TOOL_ARGS}))
+                           run=run_tools, generate=generate_tools, unset={k: None for k in TOOL_ARGS}, first=True));
 
 # %% ../nbs/05e_tool_calls.ipynb #tc0067
 def assistant_message(gen:Generation) -> dict:
