@@ -152,6 +152,9 @@ def _chat_messages(req:ChatCompletionRequest) -> list[dict]:
             if not all(isinstance(p, dict) and p.get('type') == 'text' and isinstance(p.get('text'), str) for p in c):
                 raise APIError(f"messages[{i}].content: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported", param='messages')
             c = ''.join(p['text'] for p in c)
+        for k in ('audio', 'function_call'):                         # fields of OpenAI's assistant message this server cannot honour (refusal, annotations: ignored)
+            if getattr(m, k) is not None:
+                raise APIError(f"messages[{i}].{k} is not supported by this server" + (": send calls as tool_calls" if k == 'function_call' else ''), param='messages')
         if c is None and not (m.role == 'assistant' and m.tool_calls):
             raise APIError(f"messages[{i}].content is required (it may be null only in an assistant message with tool_calls)", param='messages')
         out.append({'role': 'system' if m.role == 'developer' else m.role, 'content': c,
@@ -164,7 +167,7 @@ def _tool_request(req:ChatCompletionRequest, tokenizer) -> ToolRequest|None:
     try: return prepare_tools(tokenizer, _chat_messages(req), req.tools, req.tool_choice, req.parallel_tool_calls)
     except ValueError as e:
         msg = str(e)
-        param = 'tool_choice' if 'tool_choice' in msg else 'messages' if msg.startswith('messages') else 'tools'
+        param = next((k for k in ('parallel_tool_calls', 'tool_choice', 'messages') if msg.startswith(k)), 'tool_choice' if 'tool_choice' in msg else 'tools')
         raise APIError(msg, param=param, code='invalid_tool_choice' if param == 'tool_choice' else 'invalid_tools' if param == 'tools' else None) from None
 
 def _tool_message(tr:ToolRequest|None, text:str, finish:str|None) -> tuple[dict, str|None]:
@@ -215,7 +218,8 @@ async def prepare(self:Endpoints, request:HTTPRequest, kind:type[_Sampling]):
     tr = None
     if kind is ChatCompletionRequest:
         tr = await anyio.to_thread.run_sync(_tool_request, req, self.llm.tokenizer)   # tools rendered into the prompt, their grammar compiled
-        prompts, param = [await self.encode(self.llm.tokenizer.encode(tr.prompt) if tr else _chat_messages(req), 'messages')], 'messages'
+        ids = await anyio.to_thread.run_sync(self.llm.tokenizer.encode, tr.prompt) if tr else None   # the tool prompt is long: tokenized off the event loop too
+        prompts, param = [await self.encode(ids if tr else _chat_messages(req), 'messages')], 'messages'
         asked_name = 'max_completion_tokens' if req.max_completion_tokens is not None else 'max_tokens'
         asked = getattr(req, asked_name)
     else:

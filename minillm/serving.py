@@ -77,6 +77,10 @@ class ChatMessage(_Body):
     name: str | None = None
     tool_calls: list[dict] | None = None                       # chapter 05e: the calls an assistant message made
     tool_call_id: str | None = None                            # chapter 05e: the call a `role: "tool"` message answers
+    refusal: str | None = None                                 # fields of an assistant message as OpenAI returns it, sent back by clients:
+    annotations: list | None = None                            #   refusal and annotations describe that answer and are ignored,
+    audio: dict | None = None                                  #   audio and function_call (the pre-tools form of a call) are refused
+    function_call: dict | None = None                          #   by the server when not null
 
 class ChatCompletionRequest(_Sampling):
     "Body of `POST /v1/chat/completions`."
@@ -98,6 +102,10 @@ def _short(v, n:int=60) -> str:
 _UNIONS = {('prompt',): 'a string, a list of strings, a list of token ids or a list of lists of token ids',
            ('stop',): 'a string or a list of strings',
            ('messages', '*', 'content'): 'a string or a list of text parts ({"type": "text", "text": ...})'}   # '*': any list index
+
+def _path(loc:list[str]) -> str:
+    "An error location as OpenAI writes it: fields joined by dots, list indices in brackets (`messages[0].content`)."
+    return ''.join(f"[{x}]" if x.isdigit() else ('.' if i else '') + x for i, x in enumerate(loc))
 
 def _union_path(loc:list[str]) -> tuple|None:
     "The path of the union field an error location `loc` lies in (pydantic appends the branch's name to it), or None."
@@ -130,15 +138,15 @@ def parse_body(model:type[BaseModel], body:bytes|str) -> BaseModel:
         name = loc[0]
         if err['type'] == 'extra_forbidden':
             inner = _model_at(model, loc[:-1]) if len(loc) > 1 else None   # a field of a nested object: name that object's fields
-            where, allowed = (f"{'.'.join(loc[:-1])} accepts", inner) if inner else ("this endpoint accepts", model)
-            raise APIError(f"unknown field {'.'.join(loc)!r}; {where} {', '.join(allowed.model_fields)}", param=name, code='unknown_field') from None
-        if err['type'] == 'missing': raise APIError(f"missing required field {'.'.join(loc)!r}", param=name) from None
+            where, allowed = (f"{_path(loc[:-1])} accepts", inner) if inner else ("this endpoint accepts", model)
+            raise APIError(f"unknown field {_path(loc)!r}; {where} {', '.join(allowed.model_fields)}", param=name, code='unknown_field') from None
+        if err['type'] == 'missing': raise APIError(f"missing required field {_path(loc)!r}", param=name) from None
         union = _union_path(loc)
         if union is not None:                                   # a union: one message for all its branches, at the union's own path
             pat, path = union
             if sum(tuple(str(x) for x in e_['loc'][:len(path)]) == path for e_ in errs) > 1:
-                raise APIError(f"{'.'.join(path)} must be {_UNIONS[pat]}; got {_short(err.get('input'))}", param=name) from None
-        raise APIError(f"{'.'.join(loc)}: {err['msg']}, got {_short(err.get('input'))}", param=name) from None
+                raise APIError(f"{_path(path)} must be {_UNIONS[pat]}; got {_short(err.get('input'))}", param=name) from None
+        raise APIError(f"{_path(loc)}: {err['msg']}, got {_short(err.get('input'))}", param=name) from None
 
 # %% ../nbs/08_serving.ipynb #08c00027
 def to_sampling_params(req:_Sampling, max_tokens:int, vocab_size:int) -> SamplingParams:
