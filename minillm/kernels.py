@@ -229,48 +229,111 @@ static inline float dotf(const float* a, const float* b, int64_t D) {
 static inline void rope(const float* x, const float* c, const float* s, int64_t D, float* o) {   // x * cos + roll(x, D/2) * sin_folded
   for (int64_t j = 0; j < D; ++j) o[j] = x[j] * c[j] + x[(j + D / 2) % D] * s[j];
 }
-// The new tokens of a call, M of them: token i belongs to cache row row[i], writes its key and value into slot slot[i] of that row,
-// and attends to the slots first[i]..slot[i] of its row (first[i] = 0, or later where a row's left padding is hidden, or slot[i]
-// itself for a padding token). One token per row at slot lo is a decode step; T consecutive slots per row, a chunk of a prompt or
-// a verification of drafted tokens; rows at different lengths, each its own slots.
+// The new tokens of a call, M of them: token i belongs to cache row row[i], writes its key and value at position slot[i] of that
+// row, and attends to the positions first[i]..slot[i] of its row (first[i] = 0, or later where a row's left padding is hidden, or
+// slot[i] itself for a padding token). One token per row is a decode step; T consecutive positions of a row, a chunk of a prompt or a
+// verification of drafted tokens; rows at different lengths, each its own positions.
 struct Tokens { int64_t M; const int64_t* row; const int64_t* slot; const int64_t* first; };
-// qkv (M, (H + 2 Hkv) D) -> y (M, H D): rotary on q and k, every new k and v written to its slot of kc, vc (B, Hkv, Smax, D) first,
-// then for every token and head softmax(q k^T / sqrt(D)) v over its slots (query head h reads key/value head h / (H / Hkv)).
-// A token's sums run over its own slots in order, whatever the other tokens of the call: its output is the same, bit for bit,
-// whether it comes alone, in a chunk of its row, or beside other rows.
-static void attend_new(const float* qkv, const float* cs, const float* sn, float* kc, float* vc, const Tokens& tk, int64_t H, int64_t Hkv,
-                       int64_t D, int64_t Smax, float* y) {
-  const int64_t W = (H + 2 * Hkv) * D, M = tk.M;
+// Where position s of row b of key/value head g lives in a layer's cache, in floats: chapter 04's KVCache (B, Hkv, Smax, D) holds a
+// row's positions one after the other (map null), chapter 07's paged pool (slots, Hkv, D) holds them in the slots of the row's block
+// table (map: the pool slot of every position of every row, mstride positions a row).
+struct KVLayout {
+  int64_t rstride, gstride, pstride; const int64_t* map; int64_t mstride;
+  inline int64_t at(int64_t b, int64_t g, int64_t s) const { return b * rstride + g * gstride + (map ? map[b * mstride + s] : s) * pstride; }
+};
+// Cascade attention (chapter 07b): groups of one-token rows whose first P positions are the same slots of the pool (samples of one
+// prompt, requests that share its cached blocks). Group k holds the tokens members[bound[3k]..bound[3k+1]-1] and shares P = bound[3k+2]
+// positions; each shared key and value is read once for all the group's queries, each row's own positions after them row by row.
+struct Cascade { int64_t G; const int64_t* bound; const int64_t* members; };
+// One query's softmax(q k^T / sqrt(D)) v from its scores p[0..S-1] (scaled), in order: the plain path and the cascade run this same
+// arithmetic in the same order for every query, so a row gets the same bits either way.
+static inline float soft_sum(float* p, int64_t S) {
+  float mx = -INFINITY, sum = 0.f;
+  for (int64_t s = 0; s < S; ++s) mx = std::max(mx, p[s]);
+  for (int64_t s = 0; s < S; ++s) { p[s] = std::exp(p[s] - mx); sum += p[s]; }
+  return sum;
+}
+static inline void add_value(float* o, float ps, const float* v, int64_t D) { for (int64_t j = 0; j < D; ++j) o[j] += ps * v[j]; }
+// qkv (M, (H + 2 Hkv) D) -> y (M, H D): rotary on q and k, every new k and v written to its place in kc, vc first, then for every token
+// and head softmax(q k^T / sqrt(D)) v over its positions (query head h reads key/value head h / (H / Hkv)). A token's sums run over its
+// own positions in order, whatever the other tokens of the call: its output is the same, bit for bit, whether it comes alone, in a
+// chunk of its row, beside other rows or in a cascade group, and whichever layout holds its keys.
+static void attend_new(const float* qkv, const float* cs, const float* sn, float* kc, float* vc, const KVLayout& lay, const Tokens& tk,
+                       const Cascade* cas, int64_t H, int64_t Hkv, int64_t D, float* y) {
+  const int64_t W = (H + 2 * Hkv) * D, M = tk.M, gq = H / Hkv, G = cas ? cas->G : 0;
   Phase ph(3);
-  int64_t most = 1, keys = 0;                                           // the longest run of slots a token reads, and all of them
+  int64_t most = 1, keys = 0;                                           // the longest run of positions a token reads, and all of them
   for (int64_t i = 0; i < M; ++i) {
     const int64_t b = tk.row[i], s = tk.slot[i];
     most = std::max(most, s + 1 - tk.first[i]); keys += s + 1 - tk.first[i];
     for (int64_t g = 0; g < Hkv; ++g) {
-      rope(qkv + i * W + (H + g) * D, cs + i * D, sn + i * D, D, kc + ((b * Hkv + g) * Smax + s) * D);
-      std::memcpy(vc + ((b * Hkv + g) * Smax + s) * D, qkv + i * W + (H + Hkv + g) * D, D * sizeof(float));
+      rope(qkv + i * W + (H + g) * D, cs + i * D, sn + i * D, D, kc + lay.at(b, g, s));
+      std::memcpy(vc + lay.at(b, g, s), qkv + i * W + (H + Hkv + g) * D, D * sizeof(float));
     }
   }
+  static thread_local std::vector<char> grouped;                      // tokens the cascade answers
+  grouped.assign(M, 0);
+  for (int64_t k = 0; k < G; ++k) for (int64_t u = cas->bound[3 * k]; u < cas->bound[3 * k + 1]; ++u) grouped[cas->members[u]] = 1;
   const float scale = 1.f / std::sqrt((float)D);
   at::parallel_for(0, M * H, keys >= 16 ? 1 : M * H, [&](int64_t i0, int64_t i1) {   // heads over the threads (fewer than 16 keys: one thread)
     static thread_local std::vector<float> p, q;                      // per thread, reused across calls
     if ((int64_t)p.size() < most) p.resize(most);
     if ((int64_t)q.size() < D) q.resize(D);
     for (int64_t ih = i0; ih < i1; ++ih) {
-      const int64_t i = ih / H, h = ih % H, g = h / (H / Hkv), b = tk.row[i], s0 = tk.first[i], S = tk.slot[i] + 1 - s0;
+      const int64_t i = ih / H, h = ih % H, g = h / gq, b = tk.row[i], s0 = tk.first[i], S = tk.slot[i] + 1 - s0;
+      if (grouped[i]) continue;
       rope(qkv + i * W + h * D, cs + i * D, sn + i * D, D, q.data());
-      const float* K = kc + ((b * Hkv + g) * Smax + s0) * D; const float* V = vc + ((b * Hkv + g) * Smax + s0) * D;
-      float mx = -INFINITY, sum = 0.f;
-      for (int64_t s = 0; s < S; ++s) { p[s] = dotf(q.data(), K + s * D, D) * scale; mx = std::max(mx, p[s]); }
-      for (int64_t s = 0; s < S; ++s) { p[s] = std::exp(p[s] - mx); sum += p[s]; }
+      for (int64_t s = 0; s < S; ++s) p[s] = dotf(q.data(), kc + lay.at(b, g, s0 + s), D) * scale;
+      const float sum = soft_sum(p.data(), S);
       float* o = y + i * H * D + h * D;
       std::fill(o, o + D, 0.f);
-      for (int64_t s = 0; s < S; ++s) { const float ps = p[s]; const float* v = V + s * D; for (int64_t j = 0; j < D; ++j) o[j] += ps * v[j]; }
+      for (int64_t s = 0; s < S; ++s) add_value(o, p[s], vc + lay.at(b, g, s0 + s), D);
       for (int64_t j = 0; j < D; ++j) o[j] /= sum;
     }
   });
+  if (G == 0) return;
+  at::parallel_for(0, G * Hkv, 1, [&](int64_t i0, int64_t i1) {       // a group's queries of one key/value head together
+    static thread_local std::vector<float> p, q;
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t k = it / Hkv, g = it % Hkv, u0 = cas->bound[3 * k], n = cas->bound[3 * k + 1] - u0, P = cas->bound[3 * k + 2];
+      const int64_t* mem = cas->members + u0; const int64_t b0 = tk.row[mem[0]];
+      int64_t S = 0;
+      for (int64_t u = 0; u < n; ++u) S = std::max(S, tk.slot[mem[u]] + 1);
+      const int64_t Q = n * gq;                                         // query u * gq + e: head g * gq + e of member u
+      if ((int64_t)p.size() < Q * S) p.resize(Q * S);
+      if ((int64_t)q.size() < Q * D) q.resize(Q * D);
+      for (int64_t u = 0; u < n; ++u) for (int64_t e = 0; e < gq; ++e) {
+        const int64_t i = mem[u], h = g * gq + e;
+        rope(qkv + i * W + h * D, cs + i * D, sn + i * D, D, q.data() + (u * gq + e) * D);
+      }
+      for (int64_t s = 0; s < P; ++s) {                                 // the shared keys, each read once
+        const float* kp = kc + lay.at(b0, g, s);
+        for (int64_t c = 0; c < Q; ++c) p[c * S + s] = dotf(q.data() + c * D, kp, D) * scale;
+      }
+      for (int64_t u = 0; u < n; ++u) for (int64_t e = 0; e < gq; ++e) {   // each row's own keys
+        const int64_t c = u * gq + e, b = tk.row[mem[u]];
+        for (int64_t s = P; s <= tk.slot[mem[u]]; ++s) p[c * S + s] = dotf(q.data() + c * D, kc + lay.at(b, g, s), D) * scale;
+      }
+      float sums[64];                                                  // (checked: at most 64 queries a group and head)
+      for (int64_t c = 0; c < Q; ++c) {
+        sums[c] = soft_sum(p.data() + c * S, tk.slot[mem[c / gq]] + 1);
+        float* o = y + mem[c / gq] * H * D + (g * gq + c % gq) * D;
+        std::fill(o, o + D, 0.f);
+      }
+      for (int64_t s = 0; s < P; ++s) {                                 // the shared values, each read once
+        const float* vp = vc + lay.at(b0, g, s);
+        for (int64_t c = 0; c < Q; ++c) add_value(y + mem[c / gq] * H * D + (g * gq + c % gq) * D, p[c * S + s], vp, D);
+      }
+      for (int64_t c = 0; c < Q; ++c) {                                 // each row's own values, then the division
+        const int64_t i = mem[c / gq], b = tk.row[i];
+        float* o = y + i * H * D + (g * gq + c % gq) * D;
+        for (int64_t s = P; s <= tk.slot[i]; ++s) add_value(o, p[c * S + s], vc + lay.at(b, g, s), D);
+        for (int64_t j = 0; j < D; ++j) o[j] /= sums[c];
+      }
+    }
+  });
 }
-"""   # part 8a: rotary, the cache writes and attention for the new tokens of every row
+"""   # part 8a: rotary, the cache writes and attention for the new tokens of every row (and cascade groups)
 
 
 # %% ../nbs/09b_kernels.ipynb #blk-attn-b
@@ -302,14 +365,14 @@ static void check_block(at::TensorList w, int64_t C, int64_t H, int64_t Hkv, int
 // between them, every intermediate row in the scratch buffers. w: input norm weight; qkv qs, d, m; o qs, d, m; post-attention norm
 // weight; gate_up qs, d, m; down qs, d, m. cs, sn: (M, D) cos and folded sin of each token's position. Each projection reads its
 // weights once for all M rows (four rows at a time, chapter 09a's by_rows), and each row's products are the same whatever M is.
-static void block_step(float* x, int64_t M, int64_t C, at::TensorList w, double eps1, double eps2, float* kc, float* vc, int64_t Hkv,
-                       int64_t Smax, int64_t D, const Tokens& tk, const float* cs, const float* sn, int64_t H, int64_t bits) {
+static void block_step(float* x, int64_t M, int64_t C, at::TensorList w, double eps1, double eps2, float* kc, float* vc, const KVLayout& lay,
+                       const Cascade* cas, int64_t Hkv, int64_t D, const Tokens& tk, const float* cs, const float* sn, int64_t H, int64_t bits) {
   const int64_t W = (H + 2 * Hkv) * D, F = w[8].size(0) / 2;
   float* xn = sbuf(2, M * C); float* qkv = sbuf(3, M * W); float* att = sbuf(4, M * H * D);
   float* h = sbuf(5, M * C); float* gu = sbuf(6, M * 2 * F); float* g = sbuf(7, M * F);
   prep_rows(x, M, C, w[0].data_ptr<float>(), eps1, false, xn);                   // RMSNorm
   proj(xn, M, w, 1, bits, qkv, nullptr);                                         // q, k, v
-  attend_new(qkv, cs, sn, kc, vc, tk, H, Hkv, D, Smax, att);                    // rotary, cache writes, attention
+  attend_new(qkv, cs, sn, kc, vc, lay, tk, cas, H, Hkv, D, att);                    // rotary, cache writes, attention
   proj(att, M, w, 4, bits, h, x);                                                // h = x + attention
   prep_rows(h, M, C, w[7].data_ptr<float>(), eps2, false, xn);                   // RMSNorm
   proj(xn, M, w, 8, bits, gu, nullptr);                                          // gate and up
@@ -333,8 +396,9 @@ at::Tensor block_decode(const at::Tensor& x, at::TensorList w, double eps1, doub
   std::vector<int64_t> rows(B), slots(B, lo), first(B, 0);                      // one token per row, every row at slot lo
   for (int64_t b = 0; b < B; ++b) rows[b] = b;
   const Tokens tk{B, rows.data(), slots.data(), first.data()};
+  const KVLayout lay{Hkv * Smax * D, Smax * D, D, nullptr, 0};               // chapter 04's cache
   at::Tensor y = x.clone();
-  block_step(y.data_ptr<float>(), B, C, w, eps1, eps2, kc.data_ptr<float>(), vc.data_ptr<float>(), Hkv, Smax, D, tk,
+  block_step(y.data_ptr<float>(), B, C, w, eps1, eps2, kc.data_ptr<float>(), vc.data_ptr<float>(), lay, nullptr, Hkv, D, tk,
              cs.data_ptr<float>(), sn.data_ptr<float>(), H, bits);
   return y;
 }
@@ -343,75 +407,164 @@ at::Tensor block_decode(const at::Tensor& x, at::TensorList w, double eps1, doub
 
 # %% ../nbs/09b_kernels.ipynb #blk-step
 _QK_STEP = r"""// ---- a whole step in one call: the embedding rows of the new tokens, every block, the final norm and the head.
-// ids (B, T) int64: T new tokens in each of B rows; embed (V, C) float32; w: 14 tensors per block, in order; eps: 2 per block, then
-// the final norm's; head: qs, d, m of the LM head (Q8_0: m = d); kc, vc: one (B, H_kv, S_max, D) cache per block. lens (B,) int64:
-// the slots row b holds, so its new tokens go to slots lens[b]..lens[b]+T-1; first (B,) int64 or empty (zeros): the first slot row b's
-// tokens attend to (its left padding hidden; a token before it, itself padding, attends to itself alone); pos (B, T) int64 or empty
-// (lens[b] + t): each token's position for the rotary tables cos, sin (P, D). out: 2 the logits of every token (B, T, V), 1 of the
-// last token of each row (B, 1, V), 0 none (B, 0, V). The caller counts the new positions in its cache.
+// The part both operators share, once the tokens are known: ip the token ids, pp their positions (for the rotary tables cos, sin
+// (P, D)), tk their rows and places; kc, vc one cache per block, laid out as lay says; the logits of the R tokens outs into logits.
+static void run_step(const int64_t* ip, const int64_t* pp, const Tokens& tk, const at::Tensor& embed, at::TensorList w, at::ArrayRef<double> eps,
+                     const at::Tensor& norm, at::TensorList head, at::TensorList kc, at::TensorList vc, const KVLayout& lay, const Cascade* cas, const at::Tensor& cos,
+                     const at::Tensor& sin, int64_t H, int64_t Hkv, int64_t D, int64_t bits, const int64_t* outs, int64_t R, float* logits) {
+  const int64_t L = kc.size(), C = embed.size(1), M = tk.M;
+  float* x = sbuf(8, M * C); float* cs = sbuf(9, 2 * M * D); float* sn = cs + M * D;
+  for (int64_t i = 0; i < M; ++i) {
+    std::memcpy(x + i * C, embed.data_ptr<float>() + ip[i] * C, C * sizeof(float));       // the embedding row
+    std::memcpy(cs + i * D, cos.data_ptr<float>() + pp[i] * D, D * sizeof(float));        // the token's position
+    std::memcpy(sn + i * D, sin.data_ptr<float>() + pp[i] * D, D * sizeof(float));
+  }
+  for (int64_t l = 0; l < L; ++l)
+    block_step(x, M, C, w.slice(14 * l, 14), eps[2 * l], eps[2 * l + 1], kc[l].data_ptr<float>(), vc[l].data_ptr<float>(), lay, cas, Hkv, D, tk, cs, sn, H, bits);
+  if (R == 0) return;
+  float* xn = sbuf(2, R * C);
+  for (int64_t r = 0; r < R; ++r) prep_rows(x + outs[r] * C, 1, C, norm.data_ptr<float>(), eps[2 * L], false, xn + r * C);   // the final norm
+  g_dot = 4; proj(xn, R, head, 0, bits, logits, nullptr); g_dot = 2;   // the head
+}
+// The checks both operators make on the weights: 14 tensors and 2 eps per block, one final eps, the head's blocks.
+static void check_model(const at::Tensor& embed, at::TensorList w, at::ArrayRef<double> eps, const at::Tensor& norm, at::TensorList head,
+                        int64_t L, int64_t H, int64_t Hkv, int64_t D, int64_t bits, const at::Tensor& cos, const at::Tensor& sin, const char* op) {
+  TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == at::kFloat && embed.is_contiguous(), op, ": embed must be contiguous float32 (V, C)");
+  const int64_t C = embed.size(1);
+  TORCH_CHECK(L > 0 && (int64_t)w.size() == 14 * L && (int64_t)eps.size() == 2 * L + 1 && head.size() == 3,
+              op, ": need 14 weights and 2 eps per block for ", L, " blocks (caches), one final eps and 3 head tensors");
+  TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == C, op, ": norm must be float32 (C,)");
+  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, op, ": ", H, " heads for ", Hkv, " key/value heads");
+  for (int64_t l = 0; l < L; ++l) check_block(w.slice(14 * l, 14), C, H, Hkv, D);
+  TORCH_CHECK(cos.dim() == 2 && cos.size(1) == D && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
+              cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat, op, ": cos, sin must be contiguous float32 (P, D) tables");
+  const bool hq4 = head[0].scalar_type() == at::kByte;
+  TORCH_CHECK((hq4 || head[0].scalar_type() == at::kChar) && head[0].dim() == 2 && head[0].size(1) * (hq4 ? 2 : 1) == C &&
+              head[1].numel() == head[0].size(0) * (C / 32) && head[2].numel() == head[1].numel(), op, ": the head must be Q4_1 or Q8_0 blocks with ", C, " columns");
+}
+static void check_caches(at::TensorList kc, at::TensorList vc, int64_t dims, const char* op) {
+  TORCH_CHECK(kc.size() > 0 && vc.size() == kc.size() && kc[0].dim() == dims, op, ": one key and one value cache per block, each of ", dims, " dimensions");
+  for (size_t l = 0; l < kc.size(); ++l)
+    TORCH_CHECK(kc[l].sizes() == kc[0].sizes() && vc[l].sizes() == kc[0].sizes() && kc[l].is_contiguous() && vc[l].is_contiguous() &&
+                kc[l].scalar_type() == at::kFloat && vc[l].scalar_type() == at::kFloat, op, ": cache ", l, " must be contiguous float32 like cache 0");
+}
+
+// Chapter 04's cache. ids (B, T) int64: T new tokens in each of B rows; embed (V, C) float32; w: 14 tensors per block, in order; eps:
+// 2 per block, then the final norm's; head: qs, d, m of the LM head (Q8_0: m = d); kc, vc: one (B, H_kv, S_max, D) cache per block.
+// lens (B,) int64: the positions row b holds, so its new tokens go to lens[b]..lens[b]+T-1; first (B,) int64 or empty (zeros): the
+// first position row b's tokens attend to (its left padding hidden; a token before it, itself padding, attends to itself alone); pos
+// (B, T) int64 or empty (lens[b] + t): each token's position for the rotary tables cos, sin (P, D). out: 2 the logits of every token
+// (B, T, V), 1 of the last token of each row (B, 1, V), 0 none (B, 0, V). The caller counts the new positions in its cache.
 at::Tensor model_decode(const at::Tensor& ids, const at::Tensor& embed, at::TensorList w, at::ArrayRef<double> eps, const at::Tensor& norm,
                         at::TensorList head, at::TensorList kc, at::TensorList vc, const at::Tensor& lens, const at::Tensor& first,
                         const at::Tensor& pos, const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t bits, int64_t out) {
-  const int64_t L = kc.size(), V = embed.size(0), C = embed.size(1);
   TORCH_CHECK(ids.dim() == 2 && ids.size(1) >= 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "model_decode: ids must be contiguous int64 (B, T >= 1)");
-  const int64_t B = ids.size(0), T = ids.size(1), M = B * T;
-  TORCH_CHECK(embed.dim() == 2 && embed.scalar_type() == at::kFloat && embed.is_contiguous(), "model_decode: embed must be contiguous float32 (V, C)");
-  TORCH_CHECK(L > 0 && (int64_t)vc.size() == L && (int64_t)w.size() == 14 * L && (int64_t)eps.size() == 2 * L + 1 && head.size() == 3,
-              "model_decode: need 14 weights and 2 eps per block for ", L, " blocks (caches), one final eps and 3 head tensors");
-  TORCH_CHECK(norm.scalar_type() == at::kFloat && norm.is_contiguous() && norm.numel() == C, "model_decode: norm must be float32 (C,)");
-  TORCH_CHECK(bits == 8 || bits == 16, "bits must be 8 or 16, got ", bits);
-  TORCH_CHECK(out >= 0 && out <= 2, "model_decode: out must be 0 (no logits), 1 (the last token of each row) or 2 (every token), got ", out);
-  TORCH_CHECK(kc[0].dim() == 4 && kc[0].size(0) == B, "model_decode: caches must be (B, H_kv, S_max, D) for ", B, " rows");
+  const int64_t B = ids.size(0), T = ids.size(1), M = B * T, V = embed.size(0);
+  check_caches(kc, vc, 4, "model_decode");
+  TORCH_CHECK(kc[0].size(0) == B, "model_decode: caches must be (B, H_kv, S_max, D) for ", B, " rows");
   const int64_t Hkv = kc[0].size(1), Smax = kc[0].size(2), D = kc[0].size(3);
-  for (int64_t l = 0; l < L; ++l) {
-    TORCH_CHECK(kc[l].sizes() == kc[0].sizes() && vc[l].sizes() == kc[0].sizes() && kc[l].is_contiguous() && vc[l].is_contiguous() &&
-                kc[l].scalar_type() == at::kFloat && vc[l].scalar_type() == at::kFloat, "model_decode: cache ", l, " must be contiguous float32 like cache 0");
-    check_block(w.slice(14 * l, 14), C, H, Hkv, D);
-  }
-  TORCH_CHECK(H % Hkv == 0, "model_decode: ", H, " heads for ", Hkv, " key/value heads");
-  TORCH_CHECK(cos.dim() == 2 && cos.size(1) == D && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
-              cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat, "model_decode: cos, sin must be contiguous float32 (P, D) tables");
+  check_model(embed, w, eps, norm, head, kc.size(), H, Hkv, D, bits, cos, sin, "model_decode");
+  TORCH_CHECK(out >= 0 && out <= 2, "model_decode: out must be 0 (no logits), 1 (the last token of each row) or 2 (every token), got ", out);
   TORCH_CHECK(lens.dim() == 1 && lens.numel() == B && lens.scalar_type() == at::kLong && lens.is_contiguous(), "model_decode: lens must be contiguous int64 (B,)");
   TORCH_CHECK(first.numel() == 0 || (first.numel() == B && first.scalar_type() == at::kLong && first.is_contiguous()), "model_decode: first must be empty or contiguous int64 (B,)");
   TORCH_CHECK(pos.numel() == 0 || (pos.numel() == M && pos.scalar_type() == at::kLong && pos.is_contiguous()), "model_decode: pos must be empty or contiguous int64 (B, T)");
-  const bool hq4 = head[0].scalar_type() == at::kByte;
-  TORCH_CHECK((hq4 || head[0].scalar_type() == at::kChar) && head[0].dim() == 2 && head[0].size(1) * (hq4 ? 2 : 1) == C &&
-              head[1].numel() == head[0].size(0) * (C / 32) && head[2].numel() == head[1].numel(), "model_decode: the head must be Q4_1 or Q8_0 blocks with ", C, " columns");
   Phase whole(5);
   const int64_t* ip = ids.data_ptr<int64_t>(); const int64_t* lp = lens.data_ptr<int64_t>();
   const int64_t* fp = first.numel() ? first.data_ptr<int64_t>() : nullptr; const int64_t* pp = pos.numel() ? pos.data_ptr<int64_t>() : nullptr;
-  static thread_local std::vector<int64_t> tok;                        // row, slot and first slot of every token, reused across calls
-  tok.resize(3 * M);
-  int64_t* trow = tok.data(); int64_t* tslot = trow + M; int64_t* tfirst = tslot + M;
-  float* x = sbuf(8, M * C); float* cs = sbuf(9, 2 * M * D); float* sn = cs + M * D;
+  static thread_local std::vector<int64_t> tok;                        // row, position, first position, rotary position of every token; the rows out
+  tok.resize(5 * M);
+  int64_t* trow = tok.data(); int64_t* tslot = trow + M; int64_t* tfirst = tslot + M; int64_t* tpos = tfirst + M; int64_t* outs = tpos + M;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t a = fp ? fp[b] : 0;
-    TORCH_CHECK(0 <= lp[b] && lp[b] + T <= Smax, "model_decode: row ", b, " holds ", lp[b], " slots and cannot take ", T, " more in a cache of ", Smax);
-    TORCH_CHECK(a >= 0, "model_decode: row ", b, " has first slot ", a, "; it must be >= 0");
+    TORCH_CHECK(0 <= lp[b] && lp[b] + T <= Smax, "model_decode: row ", b, " holds ", lp[b], " positions and cannot take ", T, " more in a cache of ", Smax);
+    TORCH_CHECK(a >= 0, "model_decode: row ", b, " has first position ", a, "; it must be >= 0");
     for (int64_t t = 0; t < T; ++t) {
       const int64_t i = b * T + t, s = lp[b] + t, p = pp ? pp[i] : s;
       TORCH_CHECK(0 <= ip[i] && ip[i] < V, "model_decode: token id ", ip[i], " outside the vocabulary of ", V);
       TORCH_CHECK(0 <= p && p < cos.size(0), "model_decode: position ", p, " outside the rotary tables of ", cos.size(0), " positions");
-      trow[i] = b; tslot[i] = s; tfirst[i] = s >= a ? a : s;
-      std::memcpy(x + i * C, embed.data_ptr<float>() + ip[i] * C, C * sizeof(float));       // the embedding row
-      std::memcpy(cs + i * D, cos.data_ptr<float>() + p * D, D * sizeof(float));             // the token's position
-      std::memcpy(sn + i * D, sin.data_ptr<float>() + p * D, D * sizeof(float));
+      trow[i] = b; tslot[i] = s; tfirst[i] = s >= a ? a : s; tpos[i] = p;
     }
   }
-  const Tokens tk{M, trow, tslot, tfirst};
-  for (int64_t l = 0; l < L; ++l)
-    block_step(x, M, C, w.slice(14 * l, 14), eps[2 * l], eps[2 * l + 1], kc[l].data_ptr<float>(), vc[l].data_ptr<float>(), Hkv, Smax, D, tk, cs, sn, H, bits);
-  const int64_t R = out == 2 ? M : out == 1 ? B : 0;                    // the rows that get logits
+  const int64_t R = out == 2 ? M : out == 1 ? B : 0;                    // the tokens that get logits
+  for (int64_t r = 0; r < R; ++r) outs[r] = out == 2 ? r : r * T + T - 1;
   at::Tensor logits = at::empty({B, out == 2 ? T : out, head[0].size(0)}, embed.options());
-  if (R == 0) return logits;
-  float* xn = sbuf(2, R * C);
-  if (out == 2) prep_rows(x, M, C, norm.data_ptr<float>(), eps[2 * L], false, xn);               // the final norm
-  else for (int64_t b = 0; b < B; ++b) prep_rows(x + (b * T + T - 1) * C, 1, C, norm.data_ptr<float>(), eps[2 * L], false, xn + b * C);
-  g_dot = 4; proj(xn, R, head, 0, bits, logits.data_ptr<float>(), nullptr); g_dot = 2;   // the head
+  const KVLayout lay{Hkv * Smax * D, Smax * D, D, nullptr, 0};
+  run_step(ip, tpos, Tokens{M, trow, tslot, tfirst}, embed, w, eps, norm, head, kc, vc, lay, nullptr, cos, sin, H, Hkv, D, bits, outs, R, logits.data_ptr<float>());
   return logits;
 }
 
-"""   # part 9: a whole step in one call
+// Chapter 07's paged pool: kc, vc one (slots, H_kv, D) pool per block; ids (N,) int64, the new tokens of R rows one row after the other;
+// rows (R, 2) int64: row r's first new position and its count of new tokens (row r attends to its positions 0..start+n-1); tables
+// (R, W) int64: each row's block table (block b holds the pool slots b * block_size ...); out_rows (K,) int64: the tokens (indices into
+// ids) that get logits (K, V); cascade (G, 3) int64 and members int64 (empty: none): the groups of cascade attention, group k the tokens
+// members[cascade[k, 0]..cascade[k, 1]-1] (one-token rows) sharing their first cascade[k, 2] positions. Positions are the rotary
+// positions; the caller counts the new positions in its pool.
+at::Tensor model_packed(const at::Tensor& ids, const at::Tensor& embed, at::TensorList w, at::ArrayRef<double> eps, const at::Tensor& norm,
+                        at::TensorList head, at::TensorList kc, at::TensorList vc, const at::Tensor& rows, const at::Tensor& tables, int64_t block_size,
+                        const at::Tensor& out_rows, const at::Tensor& cascade, const at::Tensor& members, const at::Tensor& cos, const at::Tensor& sin,
+                        int64_t H, int64_t bits) {
+  TORCH_CHECK(ids.numel() >= 1 && ids.scalar_type() == at::kLong && ids.is_contiguous(), "model_packed: ids must be contiguous int64 (N >= 1,)");
+  const int64_t M = ids.numel(), V = embed.size(0);
+  check_caches(kc, vc, 3, "model_packed");
+  const int64_t Hkv = kc[0].size(1), D = kc[0].size(2), slots = kc[0].size(0);
+  check_model(embed, w, eps, norm, head, kc.size(), H, Hkv, D, bits, cos, sin, "model_packed");
+  TORCH_CHECK(rows.dim() == 2 && rows.size(1) == 2 && rows.scalar_type() == at::kLong && rows.is_contiguous(), "model_packed: rows must be contiguous int64 (R, 2): start, n");
+  const int64_t R = rows.size(0);
+  TORCH_CHECK(tables.dim() == 2 && tables.size(0) == R && tables.scalar_type() == at::kLong && tables.is_contiguous(), "model_packed: tables must be contiguous int64 (R, blocks)");
+  TORCH_CHECK(block_size >= 1 && slots % block_size == 0, "model_packed: block_size ", block_size, " does not divide the pool's ", slots, " slots");
+  TORCH_CHECK(out_rows.dim() == 1 && out_rows.scalar_type() == at::kLong && out_rows.is_contiguous(), "model_packed: out_rows must be contiguous int64 (K,)");
+  Phase whole(5);
+  const int64_t* rp = rows.data_ptr<int64_t>(); const int64_t* tp = tables.data_ptr<int64_t>(); const int64_t Wb = tables.size(1);
+  int64_t total = 0, ms = 1;
+  for (int64_t r = 0; r < R; ++r) {
+    TORCH_CHECK(rp[2 * r] >= 0 && rp[2 * r + 1] >= 1 && rp[2 * r] + rp[2 * r + 1] <= Wb * block_size,
+                "model_packed: row ", r, " starts at ", rp[2 * r], " with ", rp[2 * r + 1], " new tokens, more than its ", Wb, " blocks of ", block_size, " hold (at least one new token a row)");
+    total += rp[2 * r + 1]; ms = std::max(ms, rp[2 * r] + rp[2 * r + 1]);
+  }
+  TORCH_CHECK(total == M, "model_packed: the rows bring ", total, " new tokens, ids holds ", M);
+  static thread_local std::vector<int64_t> tok, map;                   // per token: row, position, first position, rotary position; per row: slot of each position
+  tok.resize(4 * M); map.resize(R * ms);
+  int64_t* trow = tok.data(); int64_t* tslot = trow + M; int64_t* tfirst = tslot + M; int64_t* tpos = tfirst + M;
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  for (int64_t r = 0, i = 0; r < R; ++r) {
+    const int64_t a = rp[2 * r], n = rp[2 * r + 1];
+    for (int64_t s = 0; s < a + n; ++s) {
+      const int64_t blk = tp[r * Wb + s / block_size];
+      TORCH_CHECK(0 <= blk && (blk + 1) * block_size <= slots, "model_packed: row ", r, " has block ", blk, " outside the pool's ", slots / block_size, " blocks");
+      map[r * ms + s] = blk * block_size + s % block_size;
+    }
+    for (int64_t j = 0; j < n; ++j, ++i) {
+      TORCH_CHECK(0 <= ip[i] && ip[i] < V, "model_packed: token id ", ip[i], " outside the vocabulary of ", V);
+      TORCH_CHECK(a + j < cos.size(0), "model_packed: position ", a + j, " outside the rotary tables of ", cos.size(0), " positions");
+      trow[i] = r; tslot[i] = a + j; tfirst[i] = 0; tpos[i] = a + j;
+    }
+  }
+  const int64_t G = cascade.numel() / 3;
+  TORCH_CHECK(cascade.numel() == 0 || (cascade.dim() == 2 && cascade.size(1) == 3 && cascade.scalar_type() == at::kLong && cascade.is_contiguous() &&
+              members.scalar_type() == at::kLong && members.is_contiguous()), "model_packed: cascade must be empty or contiguous int64 (G, 3), members int64");
+  const int64_t* cb = G ? cascade.data_ptr<int64_t>() : nullptr; const int64_t* cm = G ? members.data_ptr<int64_t>() : nullptr;
+  for (int64_t k = 0; k < G; ++k) {                                    // a group: one-token rows whose first P positions are the same slots
+    const int64_t u0 = cb[3 * k], u1 = cb[3 * k + 1], P = cb[3 * k + 2];
+    TORCH_CHECK(0 <= u0 && u0 < u1 && u1 <= members.numel() && (u1 - u0) * (H / Hkv) <= 64 && P >= 0, "model_packed: cascade group ", k,
+                " must name 1 to ", 64 / (H / Hkv), " of the members and P >= 0 shared positions");
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t i = cm[u];
+      TORCH_CHECK(0 <= i && i < M && rp[2 * trow[i] + 1] == 1 && tslot[i] >= P, "model_packed: cascade member ", i, " must be the one new token of its row, after the ", P, " shared positions");
+      for (int64_t s = 0; s < P; ++s)
+        TORCH_CHECK(map[trow[i] * ms + s] == map[trow[cm[u0]] * ms + s], "model_packed: the rows of cascade group ", k, " do not share position ", s);
+    }
+  }
+  const Cascade cas{G, cb, cm};
+  const int64_t K = out_rows.numel(); const int64_t* op = out_rows.data_ptr<int64_t>();
+  for (int64_t k = 0; k < K; ++k) TORCH_CHECK(0 <= op[k] && op[k] < M, "model_packed: out_rows holds ", op[k], ", outside the ", M, " new tokens");
+  at::Tensor logits = at::empty({K, head[0].size(0)}, embed.options());
+  const KVLayout lay{0, D, Hkv * D, map.data(), ms};
+  run_step(ip, tpos, Tokens{M, trow, tslot, tfirst}, embed, w, eps, norm, head, kc, vc, lay, &cas, cos, sin, H, Hkv, D, bits, op, K, logits.data_ptr<float>());
+  return logits;
+}
+
+"""   # part 9: a whole step in one call, on either cache
 
 
 # %% ../nbs/09b_kernels.ipynb #blk-step-reg
@@ -419,8 +572,9 @@ _QK_STEP_OPS = r"""
 TORCH_LIBRARY_FRAGMENT(minillm, lib) {
   lib.def("block_decode(Tensor x, Tensor[] w, float eps1, float eps2, Tensor(a!) kc, Tensor(b!) vc, int lo, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
   lib.def("model_decode(Tensor ids, Tensor embed, Tensor[] w, float[] eps, Tensor norm, Tensor[] head, Tensor(a!)[] kc, Tensor(b!)[] vc, Tensor lens, Tensor first, Tensor pos, Tensor cos, Tensor sin, int n_heads, int bits, int out) -> Tensor");
+  lib.def("model_packed(Tensor ids, Tensor embed, Tensor[] w, float[] eps, Tensor norm, Tensor[] head, Tensor(a!)[] kc, Tensor(b!)[] vc, Tensor rows, Tensor tables, int block_size, Tensor out_rows, Tensor cascade, Tensor members, Tensor cos, Tensor sin, int n_heads, int bits) -> Tensor");
 }
-TORCH_LIBRARY_IMPL(minillm, CPU, lib) { lib.impl("block_decode", &block_decode); lib.impl("model_decode", &model_decode); }
+TORCH_LIBRARY_IMPL(minillm, CPU, lib) { lib.impl("block_decode", &block_decode); lib.impl("model_decode", &model_decode); lib.impl("model_packed", &model_packed); }
 """   # their registration, beside chapter 09a's
 _STEP_SOURCE = _QK_ATTN + _QK_BLOCK + _QK_STEP + _QK_STEP_OPS
 register_kernel_source('step', _STEP_SOURCE)
@@ -546,16 +700,59 @@ def _model_step(m, ids, cache, pos=None, mask=None, last_only:bool=False):
         cache.advance(t1 - t0)
     return outs[0] if len(outs) == 1 else torch.cat(outs, 1)
 
+def _pool_views(pool):
+    "Per-layer views `(slots, H_kv, D)` of a paged pool's keys and values, made once per pool."
+    v = pool.__dict__.get('_layer_views')
+    if v is None or v[0] is not pool.k or v[1] is not pool.v:
+        v = pool.__dict__['_layer_views'] = (pool.k, pool.v, tuple(pool.k[i] for i in range(len(pool.k))), tuple(pool.v[i] for i in range(len(pool.v))))
+    return v[2], v[3]
+
+def _cascade_groups(batch, per_head:int):
+    "`(cascade (G, 3), members)` for `model_packed` from the cascade plan chapter 07b's `PackedBatch` made (its `shared` groups over the pack positions `c_idx`), each group cut to at most 64 queries per key/value head; empty where it planned none."
+    if not getattr(batch, 'shared', None): return _NONE, _NONE
+    bounds, per = [], max(1, 64 // per_head)
+    for a, b, keys in batch.shared:
+        P = keys.stop - keys.start if isinstance(keys, slice) else keys.numel()        # the shared positions: whole blocks
+        bounds += [[u, min(b, u + per), P] for u in range(a, b, per)]
+    return torch.tensor(bounds, dtype=torch.long), batch.c_idx.cpu()
+
+def _packed_step(m, ids, batch, out_rows):
+    "Logits `(len(out_rows), V)` of a packed step of chapter 07b's engine in one C++ call (`minillm::model_packed`), every row's keys read through its block table, the pool advanced; None where it does not apply."
+    pool = batch.pool
+    if m.cfg.rope_scaling is not None or torch.compiler.is_compiling() or ids.dtype != torch.long or ids.device.type != 'cpu' or pool.dtype != torch.float32: return None
+    _, w, eps, head, act, (embed, norm, H), _ = _step_weights(m)
+    if act is None: return None
+    tabs = [pool.tables[s] for s, a, n in batch.rows]
+    width, end = max(map(len, tabs)), max(a + n for s, a, n in batch.rows)
+    cos, sin = _rope_table(m, max(256, 1 << (end - 1).bit_length()))         # tables by powers of two, so that steps share them
+    rows = torch.tensor([[a, n] for s, a, n in batch.rows], dtype=torch.long)
+    tables = torch.tensor([t + [0] * (width - len(t)) for t in tabs], dtype=torch.long)
+    kc, vc = _pool_views(pool)
+    cascade, members = _cascade_groups(batch, H // pool.k.shape[2])                   # rows that share prompt blocks: read once for all
+    logits = torch.ops.minillm.model_packed(ids.reshape(-1).contiguous(), embed, w, eps, norm, head, kc, vc, rows, tables, pool.block_size,
+                                            torch.tensor(out_rows, dtype=torch.long), cascade, members, cos, sin, H, ACT_BITS[act])
+    batch.advance(ids.numel())
+    return logits
+
 class FusedTransformer(Transformer):
-    "Chapter 00's `Transformer` for block models: on a plain `KVCache`, any number of new tokens in any number of rows (rows at different lengths, left padding as chapter 07 masks it) runs in one C++ call (`model_decode`) while `cpp_step` and `FusedBlock.cpp_decode` are True and the activations are integers; every other call runs chapter 00's forward. `routes` counts the passes each way."
+    "Chapter 00's `Transformer` for block models: on a plain `KVCache`, any number of new tokens in any number of rows (rows at different lengths, left padding as chapter 07 masks it) runs in one C++ call (`model_decode`), and so does a packed step of chapter 07b's engine on its paged pool (`packed_step`, `model_packed`), while `cpp_step` and `FusedBlock.cpp_decode` are True and the activations are integers; every other call runs chapter 00's forward. `routes` counts the passes each way."
     cpp_step = True
+    def _route(self, one:bool):
+        r = self.__dict__.setdefault('routes', {'one call': 0, 'chapter 00': 0})
+        r['one call' if one else 'chapter 00'] += 1
+
     def forward(self, ids, cache=None, pos=None, mask=None, last_only:bool=False):
-        routes = self.__dict__.setdefault('routes', {'one call': 0, 'chapter 00': 0})
         if self.cpp_step and FusedBlock.cpp_decode and type(cache) is KVCache and ids.dim() == 2:
             logits = _model_step(self, ids, cache, pos, mask, last_only)
-            if logits is not None: routes['one call'] += 1; return logits
-        routes['chapter 00'] += 1
+            if logits is not None: self._route(True); return logits
+        self._route(False)
         return super().forward(ids, cache, pos, mask, last_only)
+
+    def packed_step(self, ids, batch, out_rows):
+        "Chapter 07b's packed step in one call (`forward_packed` asks the model first); None: `forward_packed` runs it block by block."
+        logits = _packed_step(self, ids, batch, out_rows) if self.cpp_step and FusedBlock.cpp_decode else None
+        self._route(logits is not None)
+        return logits
 
 
 # %% ../nbs/09b_kernels.ipynb #blk-load
