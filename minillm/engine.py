@@ -263,7 +263,9 @@ def advance(self:PackedBatch, T:int):
     for s, a, n in self.rows: self.pool._len[s] = a + n
 
 def forward_packed(model:Transformer, ids:torch.Tensor, batch:PackedBatch, out_rows:list[int]) -> torch.Tensor:
-    "The model's forward pass over a packed step `ids` `(1, N)`; logits `(len(out_rows), V)` only at the pack positions `out_rows` (the head is the costliest layer)."
+    "The model's forward pass over a packed step `ids` `(1, N)`; logits `(len(out_rows), V)` only at the pack positions `out_rows` (the head is the costliest layer). A model with a `packed_step(ids, batch, out_rows)` method runs the pass itself where it can (chapter 09b's block models, in one C++ call) and returns None where it cannot."
+    own = getattr(model, 'packed_step', None)
+    if own is not None and (logits := own(ids, batch, out_rows)) is not None: return logits
     x = model.embed_tokens(ids)                                            # (1, N, C)
     cos, sin = model.rope(batch.pos, x.dtype)                              # each token at its own position, plain or scaled RoPE as the model's
     for layer in model.layers: x = layer(x, cos, sin, batch, None)

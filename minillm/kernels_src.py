@@ -194,13 +194,17 @@ _QK_DRIVE = r"""static void check(const at::Tensor& x, const at::Tensor& qs, con
   TORCH_CHECK(qs.is_contiguous(), "qs must be contiguous");
 }
 
-// run f(r0, rows) over row chunks of at most 4, each chunk over output channels in parallel
+// run f(r0, R, n0, n1) over row chunks of at most 4 (R rows from r0) and the output channels n0..n1-1 of a thread, the channels split
+// over the threads. More than four rows: each thread walks its channels in tiles of 64 and runs every chunk of rows on a tile before
+// the next tile, so that a weight comes from memory once per call and the other chunks find it in the cache (a row's sums are the
+// same either way: only the order of the calls changes)
 template <typename F>
 static void by_rows(int64_t M, int64_t N, F f) {
-  for (int64_t r0 = 0; r0 < M; r0 += 4) {
-    int64_t R = std::min<int64_t>(4, M - r0);
-    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) { f(r0, R, n0, n1); });
-  }
+  if (M <= 4) { at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) { f(0, M, n0, n1); }); return; }
+  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t t0 = n0; t0 < n1; t0 += 64)
+      for (int64_t r0 = 0; r0 < M; r0 += 4) f(r0, std::min<int64_t>(4, M - r0), t0, std::min<int64_t>(n1, t0 + 64));
+  });
 }
 
 """   # part 2b: the checks and the row-chunk driver
