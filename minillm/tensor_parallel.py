@@ -100,6 +100,8 @@ class VocabParallelHead(nn.Module):
         self.weight, self.comm = weight, comm                              # a plain attribute: it may be the embedding's Parameter
     def forward(self, x): return self.comm.all_gather(F.linear(x, self.weight), -1)
 
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-comm-s2
 def build_shard(cfg:ModelConfig, sd:dict, rank:int, size:int, comm:Comm, dtype=torch.float32, device='cpu') -> Transformer:
     """Rank `rank`'s part of the model: a `Transformer` of `shard_config(cfg, size)` holding only its shards of the weights in `sd` (full
     weights, or already-cut shards), its o_proj/down_proj row-parallel, its embedding and head split by vocabulary."""
@@ -444,6 +446,8 @@ class _Announce(nn.Module):
         if self.op == 'embed': drv.last_x = out
         return out
 
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s2b
 class LayerStack(nn.Module):
     "All transformer blocks of the driver's shard as one module: one announcement ships the step's inputs and the cache to the workers, then all ranks run every layer."
     def __init__(self, blocks, driver):
