@@ -18,7 +18,7 @@ from .weights import LLM
 from .measure import machine_info, step_cost
 from .loop import Generation, TextAssembler, encode_prompt
 from .sampling import SamplingParams, sample, resolve_params
-from .kvcache import KVCache
+from .kvcache import KVCache, moves_kv
 from .speculative import _history_free
 import minillm.speculative   # chapter 06's mode registered: a batch may draft too
 
@@ -166,6 +166,7 @@ def forward_rows(model:Transformer, ids:torch.Tensor, cache:KVCache, pad:torch.T
     return model(ids, cache=cache, pos=pos, mask=mask[:, None], last_only=last_only)
 
 @patch
+@moves_kv('07', 'a new cache holding only some rows (a static batch drops finished rows)')
 def select(self:KVCache, rows) -> KVCache:
     "A new cache holding only `rows` of this one, in that order (finished rows leave the batch and cost nothing more)."
     idx = torch.as_tensor(rows, dtype=torch.long).cpu().reshape(-1)
@@ -423,6 +424,7 @@ def blocks_needed(self:PagedKVCache, seq_id, n:int) -> int:
 def can_grow(self:PagedKVCache, seq_id, n:int=1) -> bool: return self.blocks_needed(seq_id, n) <= self.num_free_blocks
 
 @patch
+@moves_kv('07', 'copy on write of a shared, partly filled last block', when=lambda self, seq_id, n: n > 0 and self._needs_copy(seq_id))
 def grow(self:PagedKVCache, seq_id, n:int):
     "Make room for `n` more tokens of `seq_id`: copy a shared partly filled last block, then allocate blocks; `OutOfBlocks` if the pool cannot."
     need = self.blocks_needed(seq_id, n)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .model import ModelConfig, Transformer, Block, rope_tables, scaled_rope_tables
-from .weights import LLM, cache_dir
+from .weights import LLM, cache_dir, require_whole_model
 from .loop import encode_prompt, Generation
 from .kvcache import KVCache
 from .speculative import expected_tokens, expected_speedup, precision_copy, prompt_lookup
@@ -46,7 +46,8 @@ def target_features(llm:LLM, ids:list[int]) -> tuple[torch.Tensor, torch.Tensor]
     return h.float().cpu(), nxt.cpu()
 
 def weights_key(llm:LLM) -> str:
-    "A fingerprint of `llm`'s shape and weights (a strided sample of every tensor, rounded to bfloat16 so that float32 and bfloat16 copies of one model share it; configuration fields left at `None` are not part of it, so that a new optional field does not change every key)."
+    "A fingerprint of `llm`'s shape and weights (a strided sample of every tensor, rounded to bfloat16 so that float32 and bfloat16 copies of one model share it; configuration fields left at `None` are not part of it, so that a new optional field does not change every key). A model split over processes (chapter 12a) has no such key here: refused."
+    require_whole_model(llm, 'a trained draft')                         # every draft path asks for the key: data, training, and using a draft
     cfg = {k: v for k, v in asdict(llm.config).items() if v is not None}
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     with torch.no_grad():

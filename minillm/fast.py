@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .model import Transformer, Block, linear
-from .weights import LLM
+from .weights import LLM, require_whole_model
 from .loop import encode_prompt
 from .sampling import FrameView, control_style
 import minillm.beam      # `LLM.beam_search`, which compiled models run and `format_bench` times
@@ -307,6 +307,7 @@ def _compile_mode(compile):
 @patch
 def to_format(self:LLM, fmt:str|torch.dtype, name:str|None=None, smooth:float|None=0.5, compile:bool|str=False) -> LLM:
     "A copy of this `LLM` in form `fmt`, one of `FORMATS` ('float32', 'bfloat16', 'int8', 'q8_0', 'q4_0', 'q4_1'); int8 is smoothed with alpha `smooth` (None: not); `compile`: see `LLM.compiled`."
+    require_whole_model(self, 'to_format')
     fmt, mode = check_format(fmt), _compile_mode(compile)
     out = LLM(quantize_model(_base(self.model), fmt, calib_ids=_calib(self, smooth) if fmt == 'int8' else None, alpha=smooth or 0.0), self.tokenizer, name or f"{self.name} ({fmt})")
     return out if mode is False else out.compiled(mode)
@@ -425,6 +426,7 @@ class CompiledLLM(LLM):
 @patch
 def compiled(self:LLM, mode:str|None=None) -> CompiledLLM:
     "A `CompiledLLM` sharing this `LLM`'s weights, its one-token decode steps compiled (`mode`: None, or 'reduce-overhead' for CUDA graphs on a GPU)."
+    require_whole_model(self, 'compiled')
     return CompiledLLM(CompiledDecoder(_base(self.model), mode), self.tokenizer, f"{self.name} (compiled)")
 
 # %% ../nbs/09_fast.ipynb #42233bd8

@@ -4,7 +4,9 @@
 
 # %% ../nbs/04_kvcache.ipynb #829ce202
 from __future__ import annotations
-import math, sys, time
+import math, sys, time, functools
+from dataclasses import dataclass
+from typing import Callable
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
@@ -13,7 +15,8 @@ from .weights import LLM
 import minillm.loop   # chapter 02's loop, which uses `LLM.new_cache` (defined below) whenever it exists
 
 # %% auto #0
-__all__ = ['KVCache', 'kv_cache_bytes', 'copy_bandwidth', 'weight_bytes', 'hf_twin', 'bench']
+__all__ = ['KV_MOVES', 'KV_MOVE_HOOKS', 'KVCache', 'KVMoveHook', 'moves_kv', 'register_kv_move_hook', 'kv_moves',
+           'kv_cache_bytes', 'copy_bandwidth', 'weight_bytes', 'hf_twin', 'bench']
 
 # %% ../nbs/04_kvcache.ipynb #f64d884b
 class KVCache:
@@ -138,6 +141,47 @@ def advance(self:KVCache, T:int):
     self._lengths += T
     self._plan = None
 
+# %% ../nbs/04_kvcache.ipynb #kv-moves
+@dataclass
+class KVMoveHook:
+    "A later chapter's way to run the cache methods that move keys and values (`moves_kv`) on the cache objects it owns."
+    name: str                        # e.g. 'tensor_parallel'
+    chapter: str                     # the chapter that registers it
+    doc: str                         # one line for `kv_moves()`
+    owns: Callable                   # owns(cache) -> bool: calls on this cache object go to `run`
+    run: Callable                    # run(cache, fn, args, kw) -> what fn returns; `fn` is the method as written
+
+KV_MOVES: dict[str, tuple] = {}      # 'KVCache.reorder' -> (chapter, what it moves): every method marked with `moves_kv`
+KV_MOVE_HOOKS: dict[str, KVMoveHook] = {}
+
+def moves_kv(chapter:str, doc:str, when:Callable|None=None):
+    """Mark a cache method that moves keys/values between slots outside the model. A call on a cache that a registered hook owns goes to
+    that hook (only when `when(cache, *args, **kw)` says data moves, if `when` is given); every other call runs the method as written."""
+    def deco(fn):
+        owner = fn.__annotations__.get(fn.__code__.co_varnames[0], '?')    # the class named on `self`, e.g. 'KVCache'
+        KV_MOVES[f"{getattr(owner, '__name__', owner)}.{fn.__name__}"] = (chapter, doc)
+        @functools.wraps(fn)
+        def method(self, *args, **kw):
+            for h in KV_MOVE_HOOKS.values():
+                if h.owns(self):
+                    if when is not None and not when(self, *args, **kw): break
+                    return h.run(self, fn, args, kw)
+            return fn(self, *args, **kw)
+        return method
+    return deco
+
+def register_kv_move_hook(name:str, chapter:str, doc:str, owns:Callable, run:Callable) -> KVMoveHook:
+    "Send every call of a `moves_kv` method on a cache that `owns(cache)` accepts to `run`; registering a name again replaces it."
+    KV_MOVE_HOOKS[name] = h = KVMoveHook(name, chapter, doc, owns, run)
+    return h
+
+def kv_moves() -> str:
+    "A table of the cache methods that move keys and values, with the chapter that adds each, and of the hooks registered for them."
+    rows = [(c, m, d) for m, (c, d) in KV_MOVES.items()] + [(h.chapter, f"hook {h.name!r}", h.doc) for h in KV_MOVE_HOOKS.values()]
+    w = max([len(r[1]) for r in rows] + [8])
+    return '\n'.join([f"{'chapter':8}{'method':{w + 2}}what it does"] + [f"{c:8}{m:{w + 2}}{d}" for c, m, d in sorted(rows)])
+
+
 # %% ../nbs/04_kvcache.ipynb #7b5f81fc
 @patch
 def crop(self:KVCache, n:int):
@@ -164,6 +208,7 @@ def reset(self:KVCache, row:int|None=None):
     return self.set_lengths(lens)
 
 @patch
+@moves_kv('04', 'row i becomes a copy of row index[i] (beam search)')
 def reorder(self:KVCache, index):
     "Row `i` becomes a copy of row `index[i]` (beam search: each beam follows its parent)."
     index = torch.as_tensor(index, dtype=torch.long).cpu().reshape(-1)

@@ -78,7 +78,11 @@ def _spawn_workers(N:int, kw:dict, timeout:float):
                     if dead: raise RuntimeError(f"worker rank {dead[0]} exited (code {procs[dead[0] - 1].exitcode}) before connecting")
                     if time.monotonic() > deadline: raise RuntimeError(f"workers did not connect within {timeout} s")
                     continue
-                by_rank[_get(c)] = c
+                try: by_rank[_get(c)] = c
+                except (EOFError, OSError):                                # it connected, then went away before saying which rank it is
+                    time.sleep(0.2)
+                    dead = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(procs, 1) if not p.is_alive() and r not in by_rank]
+                    raise RuntimeError(f"a worker connected and went away before it sent its rank; exited: {', '.join(dead) or 'none yet'}") from None
             conns = [by_rank[r] for r in range(1, N)]
             for r, c in enumerate(conns, 1):
                 try: c.send_bytes(settings)
@@ -375,7 +379,7 @@ def _pipeline_run(comm:Comm, model, cfg, rank:int, size:int, batch:int, seq:int,
             if best is None or wall < best['wall']: best = dict(wall=wall, busy=busy)
     return best
 
-# %% ../nbs/12_parallel.ipynb #pp-bench
+# %% ../nbs/12_parallel.ipynb #pp-bench-workers
 def _worker_errors(procs, conns, wait:float=2.0) -> str:
     "The tracebacks (or exit codes) of the workers that failed, waiting up to `wait` s for them to arrive; '' when none failed."
     deadline, notes = time.monotonic() + wait, {}
@@ -410,6 +414,8 @@ def _with_workers(N:int, kw:dict, timeout:float=120.0):
         _shutdown(procs, conns, 5.0)
         del store
 
+
+# %% ../nbs/12_parallel.ipynb #pp-bench
 def _pipeline_worker(rank, size, port, path, batch, seq, micros, reps, backend, timeout, threads, conn):
     "Stage `rank` of `pipeline_bench`: load its layers, say so, join the group, run the schedule for each m and send the times."
     try:
@@ -428,13 +434,17 @@ def pipeline_bench(path=None, stages:int=2, batch:int=8, seq:int=32, micros=(1, 
     m micro-batches, for each m in `micros`. Per m: the wall time (the slowest stage's), each stage's busy time (each stage's fastest pass,
     measured on its own), the measured bubble 1 - mean busy / wall, and the ideal bubble (p - 1)/(m + p - 1)."""
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
+    for name, v, lo in (('batch', batch, 1), ('seq', seq, 1), ('reps', reps, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo: raise ValueError(f"pipeline_bench: {name} must be an integer >= {lo}, got {v!r}")
     micros = list(micros)
     if not micros or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micros):
         raise ValueError(f"pipeline_bench: micros must be a non-empty list of integers >= 1, got {micros!r}")
     for m in micros:
         if batch % m: raise ValueError(f"pipeline_bench: batch {batch} does not split into {m} micro-batches")
     p, _ = _resolve(path)
-    n_layers = load_config(p).n_layers
+    cfg = load_config(p)
+    if seq > cfg.max_seq_len: raise ValueError(f"pipeline_bench: seq {seq} is longer than the model's context of {cfg.max_seq_len} positions")
+    n_layers = cfg.n_layers
     if n_layers % stages: raise ValueError(f"pipeline_bench: {n_layers} layers do not split into {stages} equal stages; stages must divide {n_layers}")
     kw = dict(target='_pipeline_worker', path=str(p), batch=batch, seq=seq, micros=list(micros), reps=reps, backend='gloo',
               timeout=timeout, threads=torch.get_num_threads())

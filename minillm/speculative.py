@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from fastcore.basics import patch
 from .model import Transformer
-from .weights import LLM
+from .weights import LLM, require_whole_model
 from .loop import Step, Timer, Generation, encode_prompt, run_generation
 from .sampling import SamplingParams, process_logits, resolve_params, FrameView, control_style
 from .kvcache import KVCache
@@ -114,6 +114,7 @@ def speedup_explorer(alpha:float=0.8, k:int=4, c:float=0.1, slope:float=0.0):
 # %% ../nbs/06_speculative.ipynb #344806c6
 def precision_copy(llm:LLM, dtype:torch.dtype=torch.bfloat16, name:str|None=None) -> LLM:
     "A copy of `llm` with its weights cast to `dtype` (a lower-precision draft, or a bfloat16 target); logits stay float32."
+    require_whole_model(llm, 'precision_copy')
     m = copy.deepcopy(llm.model).to(dtype)
     return LLM(m, llm.tokenizer, name or f"{llm.name} ({str(dtype).replace('torch.', '')})")
 
@@ -136,6 +137,7 @@ def prompt_lookup(tokens:list[int],     # the sequence so far: prompt and genera
 # %% ../nbs/06_speculative.ipynb #75c992f2
 def layer_skip_draft(llm:LLM, layers, name:str|None=None) -> LLM:
     "A draft that runs only the blocks `layers` (indices into `llm`'s) of the same model: same weights, no memory, no training."
+    require_whole_model(llm, 'layer_skip_draft')
     L = llm.config.n_layers
     layers = list(layers)
     if not layers or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < L for i in layers) or layers != sorted(set(layers)):
@@ -154,6 +156,7 @@ def layer_skip_draft(llm:LLM, layers, name:str|None=None) -> LLM:
 
 def early_exit_draft(llm:LLM, n_layers:int) -> LLM:
     "A draft that stops after the first `n_layers` blocks and reads the next token off the final norm and head (no training)."
+    require_whole_model(llm, 'early_exit_draft')
     L = llm.config.n_layers
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= L:
         raise ValueError(f"n_layers must be an integer in 1..{L}, got {n_layers!r}")

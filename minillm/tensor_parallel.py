@@ -14,7 +14,7 @@ import torch.distributed as dist
 from fastcore.basics import patch
 from .model import ModelConfig, Transformer, Block
 from .weights import LLM, ModelLoadError, hf_tokenizer, register_load_option
-from .kvcache import KVCache
+from .kvcache import KVCache, register_kv_move_hook
 from .batching import PagedKVCache, PagedBatch
 from .engine import PackedBatch
 from .parallel import make_group, Comm, _put, _get, _spawn_workers, _free_port, _await, _shutdown, _resolve, load_config, _with_workers
@@ -100,6 +100,8 @@ class VocabParallelHead(nn.Module):
         self.weight, self.comm = weight, comm                              # a plain attribute: it may be the embedding's Parameter
     def forward(self, x): return self.comm.all_gather(F.linear(x, self.weight), -1)
 
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-comm-s2
 def build_shard(cfg:ModelConfig, sd:dict, rank:int, size:int, comm:Comm, dtype=torch.float32, device='cpu') -> Transformer:
     """Rank `rank`'s part of the model: a `Transformer` of `shard_config(cfg, size)` holding only its shards of the weights in `sd` (full
     weights, or already-cut shards), its o_proj/down_proj row-parallel, its embedding and head split by vocabulary."""
@@ -168,16 +170,15 @@ class _ShipPickler(pickle.Pickler):
             return ('kv', uid, st.nbytes(), obj.dtype, obj.storage_offset(), tuple(obj.shape), obj.stride())
         return None
 
-def ship(obj, bufs:_Buffers, fresh_ok:set|None=None) -> tuple[bytes, list[int]]:
-    "Bytes of `obj` for the workers, and the uids of the storages it refers to (in the order first met). A storage the workers have never seen must still be all zeros (a fresh cache) unless in `fresh_ok`."
+def ship(obj, bufs:_Buffers) -> tuple[bytes, list[int]]:
+    "Bytes of `obj` for the workers, and the uids of the storages it refers to (in the order first met). A storage the workers have never seen must still be all zeros (a fresh cache)."
     f = io.BytesIO()
     p = _ShipPickler(f, bufs)
     p.dump(obj)
     for uid, st, t in p.new:
-        if fresh_ok is not None and uid in fresh_ok: continue
         if torch.tensor([], dtype=torch.uint8, device=t.device).set_(st).any():
             raise RuntimeError("tensor parallelism: a cache holds keys/values the workers never saw (data copied into a new cache by an operation "
-                               "that is not mirrored to the workers); mirrored operations: KVCache.select/reorder, PagedKVCache copy on write")
+                               "that is not mirrored to the workers); mirrored: the methods chapter 04's kv_moves() lists")
     return f.getvalue(), p.seen
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-ship-s1
@@ -427,7 +428,15 @@ class _Announce(nn.Module):
         super().__init__()
         self.mod, self.op = mod, op
         self._driver = weakref.ref(driver)
-    weight = property(lambda self: self.mod.weight)
+    @property
+    def weight(self):
+        "The embedding's weight (rank 0's rows; the model's dtype and device read it). The output layer's is refused: it is not the whole head."
+        if self.op == 'head':
+            n, drv = self.mod.weight.shape[0], self._driver()
+            raise ValueError(f"the output layer of a tensor-parallel model is split over its ranks: this process holds vocabulary rows 0..{n - 1} "
+                             f"of {drv.vocab_size if drv else '?'}, not the whole head. Code that reads the whole head (chapter 06a's trained drafts: "
+                             f"head_weight, target_features, distill_data, train_draft) needs the model loaded without tensor_parallel_size")
+        return self.mod.weight
     def forward(self, x):
         drv = self._driver()
         if self.op == 'embed' and x.numel() and (int(x.min()) < 0 or int(x.max()) >= drv.vocab_size):
@@ -437,6 +446,8 @@ class _Announce(nn.Module):
         if self.op == 'embed': drv.last_x = out
         return out
 
+
+# %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s2b
 class LayerStack(nn.Module):
     "All transformer blocks of the driver's shard as one module: one announcement ships the step's inputs and the cache to the workers, then all ranks run every layer."
     def __init__(self, blocks, driver):
@@ -462,8 +473,8 @@ _PLAIN_CACHES = (KVCache, PagedBatch, PackedBatch)                        # ever
 def _unsupported_cache(cache) -> str:
     return (f"cache={type(cache).__name__}: cache= objects other than plain KV caches are not supported with tensor parallelism. Supported: "
             "KVCache (generate, static batches, beam search), PagedKVCache batches and the Engine's packed batches. Chapter 11's caches "
-            "(SinkCache, H2OCache, SnapKVCache, QuantizedCache) hold data that is not split by heads (integer codes, rotary tables), "
-            "which the workers cannot mirror; run them on a model loaded without tensor_parallel_size")
+            "(SinkCache, H2OCache, SnapKVCache, QuantizedCache) hold data that is not split by heads (integer codes, rotary tables) or move "
+            "keys and values outside the model (eviction), which the workers cannot mirror; run them on a model loaded without tensor_parallel_size")
 
 def _driver_of(obj):
     "The live driver whose workers mirror `obj`'s key/value storage, or None."
@@ -476,25 +487,22 @@ def _driver_of(obj):
 
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-driver-s3
-def _mirror(cls, name, when=None):
-    "Make `cls.name` run on every rank when its object's storages belong to a tensor-parallel model (and `when(self, *args)` says data moves)."
-    orig = getattr(cls, name)
-    orig = getattr(orig, '_unmirrored', orig)
-    def method(self, *args, **kw):
-        drv = _driver_of(self)
-        if drv is None or (when is not None and not when(self, *args, **kw)): return orig(self, *args, **kw)
-        return drv.call(self, orig, name, args, kw)
-    method._unmirrored, method.__doc__, method.__name__ = orig, orig.__doc__, name
-    setattr(cls, name, method)
+def _tp_owns(cache) -> bool:
+    "Whether the workers of a live driver mirror `cache`'s key/value storage."
+    return _driver_of(cache) is not None
 
-_mirror(KVCache, 'select')
-_mirror(KVCache, 'reorder')
-_mirror(PagedKVCache, 'grow', when=lambda self, seq_id, n: n > 0 and self._needs_copy(seq_id))
+def _tp_run(cache, fn, args, kw):
+    "Run the cache method `fn` (as its chapter wrote it) here and on every worker of the model that mirrors `cache`."
+    return _driver_of(cache).call(cache, fn, fn.__name__, args, kw)
+
+register_kv_move_hook('tensor_parallel', '12a', "run on every rank of a split model too, each rank on its own heads' keys and values",
+                      owns=_tp_owns, run=_tp_run)
 
 
 # %% ../nbs/12a_tensor_parallel.ipynb #pp-front
 class ParallelLLM(LLM):
     "An `LLM` whose model is split over `tensor_parallel_size` ranks: this process is rank 0 (the driver), the others are worker processes it owns."
+    model_is_whole = False                                                 # chapter 01's flag: helpers that copy, cut or compile the model refuse it
     @property
     def config(self) -> ModelConfig: return self.model.full_cfg            # the whole model's shape (the driver's model holds rank 0's part)
 
@@ -646,8 +654,11 @@ def _allreduce_worker(rank, size, port, sizes, reps, backend, timeout, threads, 
         os._exit(1)
 
 def allreduce_times(ranks:int, sizes=(2304, 36864, 589824), reps:int=50, backend:str='gloo', timeout:float=60.0) -> dict:
-    "Median seconds of one all-reduce of each size (bytes) among `ranks` processes on this machine (this process is rank 0)."
-    if ranks < 2: return {n: 0.0 for n in sizes}
+    "Median seconds of one all-reduce of each size (bytes, at least one float32) among `ranks` processes on this machine (this process is rank 0; one rank alone: 0)."
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1: raise ValueError(f"allreduce_times: ranks must be an integer >= 1, got {ranks!r}")
+    if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 4 for n in sizes):
+        raise ValueError(f"allreduce_times: sizes must be byte counts (integers) >= 4, one float32, got {list(sizes)!r}")
+    if ranks == 1: return {n: 0.0 for n in sizes}
     kw = dict(target='minillm.tensor_parallel:_allreduce_worker', sizes=list(sizes), reps=reps, backend=backend, timeout=timeout, threads=torch.get_num_threads())
     with _with_workers(ranks, kw, timeout) as (store, port, procs, conns):
         comm = Comm(make_group(backend, 0, ranks, port, timeout, store), 0, ranks)

