@@ -19,13 +19,12 @@ from .measure import machine_info, step_cost
 from .loop import Generation, TextAssembler, encode_prompt
 from .sampling import SamplingParams, sample, resolve_params
 from .kvcache import KVCache, moves_kv
-from .speculative import _history_free
-import minillm.speculative   # chapter 06's mode registered: a batch may draft too
+from .speculative import _history_free                         # chapter 06: does a request's sampling ignore the text so far?
 
 # %% auto #0
 __all__ = ['decode_step_ms', 'left_pad', 'Request', 'pick_rows', 'is_batch', 'batch_params', 'forward_rows', 'run_batch',
-           'generate_batch', 'batch_call', 'generate_many', 'batch_logits', 'batch_invariant', 'OutOfBlocks',
-           'PagedKVCache', 'PagedBatch']
+           'batch_call', 'generate_many', 'batch_logits', 'batch_invariant', 'OutOfBlocks', 'PagedKVCache',
+           'PagedBatch']
 
 # %% ../nbs/07_batching.ipynb #07c00104
 def decode_step_ms(llm:LLM, rows=(1, 2, 4, 8, 16, 32), context:int=64, reps:int=7) -> dict[int, float]:
@@ -211,12 +210,6 @@ def run_batch(llm:LLM, reqs:list[Request]) -> list[Generation]:
                 logits = forward_rows(model, x, cache, pad, last_only=True)[:, -1]
     return [r.result() for r in reqs]
 
-def generate_batch(llm:LLM, prompts:list, params=None, **kwargs) -> list[Generation]:
-    "Generate for each of `prompts` in one static batch; `params` one `SamplingParams` for all or one per prompt. Results in input order."
-    plist = batch_params(len(prompts), params, **kwargs)
-    reqs = [Request(llm, encode_prompt(llm, p, pp.max_new_tokens), pp, i) for i, (p, pp) in enumerate(zip(prompts, plist))]
-    return run_batch(llm, reqs)
-
 # %% ../nbs/07_batching.ipynb #07c00031
 from .loop import GenerateMode, register_mode
 
@@ -364,29 +357,37 @@ class PagedKVCache:
     nbytes   = property(lambda self: self.k.nbytes + self.v.nbytes)
     block_nbytes = property(lambda self: self.nbytes // self.num_blocks)
 
-    def blocks_for(self, n_tokens:int) -> int:
-        "Blocks needed to hold `n_tokens` tokens."
-        return -(-n_tokens // self.block_size)
+# %% ../nbs/07_batching.ipynb #07c00050b
+@patch
+def blocks_for(self:PagedKVCache, n_tokens:int) -> int:
+    "Blocks needed to hold `n_tokens` tokens."
+    return -(-n_tokens // self.block_size)
 
-    def add(self, seq_id):
-        "Start an empty sequence `seq_id` (no blocks yet)."
-        if seq_id in self.tables: raise ValueError(f"PagedKVCache: sequence {seq_id!r} already exists")
-        self.tables[seq_id], self._len[seq_id] = [], 0
-        return seq_id
+@patch
+def add(self:PagedKVCache, seq_id):
+    "Start an empty sequence `seq_id` (no blocks yet)."
+    if seq_id in self.tables: raise ValueError(f"PagedKVCache: sequence {seq_id!r} already exists")
+    self.tables[seq_id], self._len[seq_id] = [], 0
+    return seq_id
 
-    def _seq(self, seq_id):
-        if seq_id not in self.tables: raise ValueError(f"PagedKVCache: no sequence {seq_id!r}; known: {list(self.tables)[:10]}")
-        return seq_id
+@patch
+def _seq(self:PagedKVCache, seq_id):
+    if seq_id not in self.tables: raise ValueError(f"PagedKVCache: no sequence {seq_id!r}; known: {list(self.tables)[:10]}")
+    return seq_id
 
-    def length(self, seq_id) -> int: return self._len[self._seq(seq_id)]
-    def block_table(self, seq_id) -> list[int]: return list(self.tables[self._seq(seq_id)])
+@patch
+def length(self:PagedKVCache, seq_id) -> int: return self._len[self._seq(seq_id)]
 
-    def stored_tokens(self) -> int: return sum(self._len.values())
+@patch
+def block_table(self:PagedKVCache, seq_id) -> list[int]: return list(self.tables[self._seq(seq_id)])
 
-    def __repr__(self):
-        return (f"PagedKVCache({self.num_blocks} blocks x {self.block_size} slots, {self.num_used_blocks} used by {len(self.tables)} sequences, "
-                f"{self.stored_tokens()} tokens stored, {self.dtype}, {self.nbytes / 2**20:.1f} MiB)")
+@patch
+def stored_tokens(self:PagedKVCache) -> int: return sum(self._len.values())
 
+@patch
+def __repr__(self:PagedKVCache):
+    return (f"PagedKVCache({self.num_blocks} blocks x {self.block_size} slots, {self.num_used_blocks} used by {len(self.tables)} sequences, "
+            f"{self.stored_tokens()} tokens stored, {self.dtype}, {self.nbytes / 2**20:.1f} MiB)")
 
 # %% ../nbs/07_batching.ipynb #07c00051
 @patch

@@ -73,40 +73,47 @@ class Engine:
         self.requests, self.results = {}, {}                               # id -> Request, id -> Generation of finished ones
         self.steps, self.log, self._next_id, self._preempted_now = 0, [], 0, 0   # log: one dict per step, for timelines
 
-    def _request(self, prompt, params=None, **kwargs) -> list[Request]:
-        "The requests of one prompt: one, or `params.n` samples that share its prompt (bad input: ValueError, nothing queued)."
-        p = resolve_params(params, **kwargs)                               # bad settings: ValueError here
-        ids = encode_prompt(self.llm, prompt, p.max_new_tokens)            # empty, too long for the context: ValueError
-        need = self.cache.blocks_for(len(ids) + max(p.max_new_tokens - 1, 0))
-        if need > self.cache.num_blocks:
-            raise ValueError(f"request needs {need} blocks of {self.cache.block_size} slots (prompt {len(ids)} + max_new_tokens "
-                             f"{p.max_new_tokens}) but the pool holds {self.cache.num_blocks}; ask for fewer tokens or make "
-                             f"an Engine with more num_blocks")
-        if p.n > self.max_batch_size:
-            raise ValueError(f"n={p.n} samples run as {p.n} rows of one batch, but max_batch_size is {self.max_batch_size}; "
-                             f"ask for n <= {self.max_batch_size} or make an Engine with a larger max_batch_size")
-        return [Request(self.llm, ids, q) for q in sample_params(p)]       # sample i: seed + i (chapter 03's rule)
 
-    def _enqueue(self, group:list[Request]) -> list[int]:
-        for r in group:
-            r.id, self._next_id = self._next_id, self._next_id + 1
-            r.t_arrival, r.status = r.t_arrival or time.perf_counter(), 'waiting'
-            self.requests[r.id] = r
-        lead = group[0]
-        if lead.params.max_new_tokens == 0:
-            for r in group: r.finish_reason = 'length'; self._retire(r)
-        else:
-            lead.siblings = group[1:]                                      # prefilled once with the leader, then forked
-            for r in group[1:]: r.leader = lead
-            self.waiting.append(lead)
-        return [r.id for r in group]
+# %% ../nbs/07b_engine.ipynb #07c00060s
+@patch
+def _request(self:Engine, prompt, params=None, **kwargs) -> list[Request]:
+    "The requests of one prompt: one, or `params.n` samples that share its prompt (bad input: ValueError, nothing queued)."
+    p = resolve_params(params, **kwargs)                               # bad settings: ValueError here
+    ids = encode_prompt(self.llm, prompt, p.max_new_tokens)            # empty, too long for the context: ValueError
+    need = self.cache.blocks_for(len(ids) + max(p.max_new_tokens - 1, 0))
+    if need > self.cache.num_blocks:
+        raise ValueError(f"request needs {need} blocks of {self.cache.block_size} slots (prompt {len(ids)} + max_new_tokens "
+                         f"{p.max_new_tokens}) but the pool holds {self.cache.num_blocks}; ask for fewer tokens or make "
+                         f"an Engine with more num_blocks")
+    if p.n > self.max_batch_size:
+        raise ValueError(f"n={p.n} samples run as {p.n} rows of one batch, but max_batch_size is {self.max_batch_size}; "
+                         f"ask for n <= {self.max_batch_size} or make an Engine with a larger max_batch_size")
+    return [Request(self.llm, ids, q) for q in sample_params(p)]       # sample i: seed + i (chapter 03's rule)
 
-    def submit(self, prompt, params:SamplingParams|None=None, **kwargs) -> int|list[int]:
-        "Queue a request (a prompt with its `SamplingParams` or keyword settings); returns its id, or with `n` > 1 the ids of its `n` samples. Bad input raises a ValueError here."
-        ids = self._enqueue(self._request(prompt, params, **kwargs))
-        return ids[0] if len(ids) == 1 else ids
+@patch
+def _enqueue(self:Engine, group:list[Request]) -> list[int]:
+    for r in group:
+        r.id, self._next_id = self._next_id, self._next_id + 1
+        r.t_arrival, r.status = r.t_arrival or time.perf_counter(), 'waiting'
+        self.requests[r.id] = r
+    lead = group[0]
+    if lead.params.max_new_tokens == 0:
+        for r in group: r.finish_reason = 'length'; self._retire(r)
+    else:
+        lead.siblings = group[1:]                                      # prefilled once with the leader, then forked
+        for r in group[1:]: r.leader = lead
+        self.waiting.append(lead)
+    return [r.id for r in group]
 
-    def has_unfinished(self) -> bool: return bool(self.waiting or self.running)
+@patch
+def submit(self:Engine, prompt, params:SamplingParams|None=None, **kwargs) -> int|list[int]:
+    "Queue a request (a prompt with its `SamplingParams` or keyword settings); returns its id, or with `n` > 1 the ids of its `n` samples. Bad input raises a ValueError here."
+    ids = self._enqueue(self._request(prompt, params, **kwargs))
+    return ids[0] if len(ids) == 1 else ids
+
+@patch
+def has_unfinished(self:Engine) -> bool: return bool(self.waiting or self.running)
+
 
 # %% ../nbs/07b_engine.ipynb #07c00060r
 @patch
@@ -336,6 +343,8 @@ def _plan_cascade(self:PackedBatch, one:list[int], offs:list[int]) -> list[int]:
     taken = set(order)
     return [one[j] for j in range(len(one)) if j not in taken]
 
+
+# %% ../nbs/07b_engine.ipynb #07c00068b
 _flash_lse = getattr(torch.ops.aten, '_scaled_dot_product_flash_attention_for_cpu', None)   # PyTorch's CPU kernel, with the log-sum-exp
 
 def _part_lse(q, k, v, mask=None):
@@ -395,12 +404,14 @@ def _schedule(self:Engine) -> dict:
         self.cache.add(r.id)
         if hit: self.cache.share(r.id, hit)
         r.registered, r.computed = len(hit), len(hit) * bs
-        r.cached_tokens += r.computed
+        if not r.preemptions: r.cached_tokens = r.computed                 # counted at the first admission: a readmission recomputes
         n = min(len(toks) - r.computed, budget)
         self.cache.grow(r.id, n)
         r.status = 'prefill'; self.running.append(r); sched[r] = n; budget -= n
     return sched
 
+
+# %% ../nbs/07b_engine.ipynb #07c00063b
 @patch
 def step(self:Engine) -> dict[int, StepOutput]:
     "One iteration: schedule rows under the token budget, run them in one packed forward pass, emit a token for every row whose tokens are all in the cache, retire the finished."
@@ -451,6 +462,7 @@ def _forward(self:Engine, sched:dict, outs:dict) -> list[Request]:
             assert not r.out, "samples fork from the prompt alone"
             self.cache.fork(r.id, s.id)
             s.computed, s.leader, s.status, s.hashes, s.registered = r.computed, None, 'prefill', r.hashes, r.registered
+            s.cached_tokens = r.cached_tokens                              # its prompt is the leader's, hits included
             self.running.append(s); reqs.append(s); idx.append(j)          # same logits, each with its own generator
         r.siblings = []
     self._emit(reqs, logits[idx], outs)
@@ -531,6 +543,9 @@ def generate_samples(llm:LLM, prompt, kw:dict):
     if not any(pp.n > 1 for pp in plist): return generate_below(llm, prompt, kw, '07b')   # `n=1` given over a params' n: one sample each
     if loop['draft'] is not None: raise ValueError("n > 1 samples do not combine with a speculative draft here: drop draft= or ask for n=1")
     if not loop['use_cache']: raise ValueError("n > 1 samples share the prompt's KV cache blocks: use_cache must be True")
+    if loop['num_draft_tokens'] is not None or loop['max_ngram'] != 3:
+        raise ValueError("num_draft_tokens and max_ngram only apply with a draft, which n > 1 samples do not combine with: "
+                         "drop them, or ask for n=1 with draft=\"prompt_lookup\" or draft=<LLM>")
     out = generate_n(llm, prompt if batch else [prompt], plist)
     return out if batch else out[0]
 

@@ -668,5 +668,5 @@ def flash_decode(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, num_splits:int=
     l, o = p.sum(-1, keepdim=True), p @ vp                                  # (B, H_kv, g, P, T, 1), (B, H_kv, g, P, T, D)
     o, lse = o / l, m + l.log()                                             # each split's attention output and log-sum-exp
     out, L = o[:, :, :, 0], lse[:, :, :, 0]
-    for i in range(1, P): out, L = merge_attention(out, L, o[:, :, :, i], lse[:, :, :, i])   # chapter 07's exact merge, split by split
+    for i in range(1, P): out, L = merge_attention(out, L, o[:, :, :, i], lse[:, :, :, i])   # chapter 07b's exact merge, split by split
     return out.reshape(B, H, T, D)                                          # (B, H_kv, g, T, D) -> (B, H, T, D)
