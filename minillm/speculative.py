@@ -20,7 +20,7 @@ from .kvcache import KVCache
 __all__ = ['SPEC_ARGS', 'accept_draft', 'accept_greedy', 'expected_tokens', 'expected_speedup', 'speedup_explorer',
            'precision_copy', 'prompt_lookup', 'layer_skip_draft', 'early_exit_draft', 'draft_agreement',
            'PromptLookupDraft', 'ModelDraft', 'make_draft', 'process_rows', 'draft_picker', 'verify_round',
-           'speculative_steps', 'run_speculative', 'run_spec', 'spec_bench']
+           'speculative_steps', 'run_speculative', 'run_spec', 'spec_bench', 'acceptance_alpha']
 
 # %% ../nbs/06_speculative.ipynb #558af6ab
 def _check_accept_args(p, q, draft):
@@ -446,3 +446,13 @@ def spec_bench(llm:LLM, prompts:list, drafts:dict, num_draft_tokens:int=5, max_n
         tpp = f"{r['tokens'] / r['passes']:.2f}" if r['passes'] else '-'
         print(f"{k:34}{r['tok_s']:7.1f}{r['speedup']:9.2f}x{acc:>10}{tpp:>10}{str(r['same']):>13}", file=file)
     return res
+
+# %% ../nbs/06_speculative.ipynb #alpha-fn
+def acceptance_alpha(rounds) -> float:
+    "Per-position acceptance probability from (drafted, accepted) rounds: the truncated geometric law's maximum-likelihood alpha, accepted tokens over accepted tokens plus rejections (a round that kept all it drafted ends without one)."
+    rounds = list(rounds)
+    if any(not (isinstance(d, int) and isinstance(n, int) and 0 <= n <= d) for d, n in rounds):
+        raise ValueError(f"rounds must be (drafted, accepted) integer pairs with 0 <= accepted <= drafted, got {rounds[:8]}")
+    kept, rejections = sum(n for _, n in rounds), sum(n < d for d, n in rounds)
+    if kept + rejections == 0: raise ValueError("no draft token was proposed in these rounds: alpha is undefined")
+    return kept / (kept + rejections)
