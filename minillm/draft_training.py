@@ -4,7 +4,7 @@
 
 # %% ../nbs/06a_draft_training.ipynb #a0imp
 from __future__ import annotations
-import copy, hashlib, json, math, os, random, time
+import copy, hashlib, json, math, random, time
 from types import SimpleNamespace
 from dataclasses import dataclass, field, asdict, replace
 from pathlib import Path
@@ -17,8 +17,7 @@ from .model import ModelConfig, Transformer, Block, rope_tables, scaled_rope_tab
 from .weights import LLM, cache_dir, require_whole_model
 from .loop import encode_prompt, Generation
 from .kvcache import KVCache
-from .speculative import expected_tokens, expected_speedup, precision_copy, prompt_lookup
-from .measure import step_cost
+from .speculative import prompt_lookup
 
 # %% auto #0
 __all__ = ['KINDS', 'TOPICS', 'TASKS', 'head_weight', 'target_features', 'weights_key', 'MedusaHeads', 'EagleDraft',
@@ -120,7 +119,7 @@ class TrainedDraft:
         return out
 
     def drafter(self, llm:LLM) -> 'SelfDrafter':
-        "A drafter for `llm` (chapter 06's interface: `start`, `propose`); use it in a `with` block so its hook on the target is removed."
+        "A drafter for `llm` (chapter 06's interface: `start`, `propose`). As `draft=` it runs in this chapter's mode, which takes its hook off after each call; calling `start` and `propose` yourself, use it in a `with` block."
         self.check_target(llm)
         return SelfDrafter(self, llm)
 
@@ -200,6 +199,7 @@ class SelfDrafter:
 
     def start(self, prompt_ids:list[int], max_len:int):
         self.open()
+        self.rounds = []                                                   # the statistics of this generation only
         m = self.llm.model
         with torch.inference_mode():
             self.feats = torch.zeros(max_len, m.cfg.dim, dtype=m.dtype, device=m.device)   # (S, C) target features by position
@@ -270,10 +270,12 @@ def finish(self:SelfDrafter, tokens:list[int]):
 from .loop import GenerateMode, register_mode, stream_below
 
 def run_trained_draft(llm:LLM, prompt, kw:dict):
-    "This chapter's mode: `draft` is a `TrainedDraft`; it becomes a drafter for `llm` and chapter 06's mode runs the call. The result carries `draft_rounds`: (drafted, accepted) per target pass."
+    "This chapter's mode: `draft` is a `TrainedDraft` (or the `SelfDrafter` its `drafter(llm)` made); chapter 06's mode runs the call with the drafter, whose hook is on only while the call computes. The result carries `draft_rounds`: (drafted, accepted) per target pass."
     if isinstance(prompt, list) and prompt and not all(isinstance(p, (dict, int)) for p in prompt):
         raise ValueError("a trained draft drafts for one sequence: pass one prompt, not a list of prompts")
-    d = kw['draft'].drafter(llm)
+    d = kw['draft']
+    if isinstance(d, TrainedDraft): d = d.drafter(llm)
+    elif d.llm is not llm: raise ValueError("this SelfDrafter was made for another model: pass the TrainedDraft itself, or draft.drafter(llm) for this one")
     steps = stream_below(llm, prompt, {**kw, 'draft': d}, '06a')       # chapter 06's mode, with `d` as its drafter
     try:
         while True:
@@ -287,8 +289,8 @@ def run_trained_draft(llm:LLM, prompt, kw:dict):
     out.draft_rounds = d.rounds + [(0, 0)] * (out.target_passes - len(d.rounds))   # the last pass, when it had no room for a draft (k = 0)
     return out
 
-register_mode(GenerateMode('trained draft', '06a', {}, 'draft= is a TrainedDraft', run=run_trained_draft,
-                           claims=lambda prompt, kw: isinstance(kw.get('draft'), TrainedDraft)));
+register_mode(GenerateMode('trained draft', '06a', {}, 'draft= is a TrainedDraft or its drafter', run=run_trained_draft,
+                           claims=lambda prompt, kw: isinstance(kw.get('draft'), (TrainedDraft, SelfDrafter))));
 
 # %% ../nbs/06a_draft_training.ipynb #d1cost
 def untrained_draft(llm:LLM, kind:str, vocab_size:int|None=None, num_heads:int=4) -> TrainedDraft:
@@ -540,6 +542,8 @@ def train_draft(llm:LLM, kind:str='medusa', max_minutes:float=10.0, *, data:Dist
     data = distill_data(llm, progress=progress) if data is None else data
     key = weights_key(llm)
     if data.key != key: raise ValueError("data was computed with another target model: build it with distill_data(llm, ...) for this one")
+    if len(data.ids) < 2: raise ValueError(f"data holds {len(data.ids)} window(s): train_draft needs at least 2 (one held out for the report); "
+                                           "build it with distill_data(llm, texts, prompts) from more text or prompts")
     spec = json.dumps(dict(recipe=2, kind=kind, m=max_minutes, data=[data.n_tokens, float(sum(f[:, 0].sum() for f in data.feats))], h=num_heads,
                            v=vocab_size, lr=lr, b=batch_size, t=seq_len, s=max_steps, e=evals, u=unroll if kind == 'eagle' else None, seed=seed))
     path = cache_dir() / 'drafts' / f"{kind}-{key}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}.pt"

@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_speculative.ipynb #3605a7a9
 from __future__ import annotations
-import copy, math, sys, time
+import copy, sys, time
 from dataclasses import dataclass, replace
 from typing import Iterator
 import torch
@@ -23,7 +23,7 @@ import minillm.beam   # chapter 05's `LLM.beam_search`, for the comparisons belo
 __all__ = ['SPEC_ARGS', 'accept_draft', 'accept_greedy', 'expected_tokens', 'expected_speedup', 'speedup_explorer',
            'precision_copy', 'prompt_lookup', 'layer_skip_draft', 'early_exit_draft', 'draft_agreement',
            'PromptLookupDraft', 'ModelDraft', 'make_draft', 'process_rows', 'draft_picker', 'verify_round',
-           'speculative_steps', 'run_speculative', 'run_spec', 'spec_bench']
+           'speculative_steps', 'run_speculative', 'run_spec', 'spec_bench', 'acceptance_alpha']
 
 # %% ../nbs/06_speculative.ipynb #558af6ab
 def _check_accept_args(p, q, draft):
@@ -120,12 +120,20 @@ def precision_copy(llm:LLM, dtype:torch.dtype=torch.bfloat16, name:str|None=None
 
 
 # %% ../nbs/06_speculative.ipynb #d26d9f88
+def _check_ngrams(max_ngram, min_ngram):
+    for name, v in (('max_ngram', max_ngram), ('min_ngram', min_ngram)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if min_ngram > max_ngram: raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+
 def prompt_lookup(tokens:list[int],     # the sequence so far: prompt and generated tokens
                   num_draft_tokens:int, # k: most tokens to propose
                   max_ngram:int=3,      # longest suffix to look up
                   min_ngram:int=1,      # shortest suffix to look up
                  ) -> list[int]:
     "Propose up to `num_draft_tokens` tokens: find the longest suffix of `tokens` (max_ngram down to min_ngram) that occurred before, and copy what followed its most recent earlier occurrence."
+    if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 0:
+        raise ValueError(f"num_draft_tokens must be an integer >= 0, got {num_draft_tokens!r}")
+    _check_ngrams(max_ngram, min_ngram)                                # min_ngram = 0 would let the empty suffix "match" at position 0
     L = len(tokens)
     for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
         suffix, last = tokens[L - n:], tokens[L - 1]
@@ -178,9 +186,7 @@ def draft_agreement(llm:LLM, draft:LLM, texts:list[tuple[list[int], list[int]]])
 class PromptLookupDraft:
     "A draft with no model: n-gram lookup in the prompt and the text so far (see `prompt_lookup`)."
     def __init__(self, max_ngram:int=3, min_ngram:int=1):
-        for name, v in (('max_ngram', max_ngram), ('min_ngram', min_ngram)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if min_ngram > max_ngram: raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        _check_ngrams(max_ngram, min_ngram)
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def start(self, prompt_ids:list[int], max_len:int): pass
@@ -232,6 +238,8 @@ def _same_tokenizer(a:LLM, b:LLM) -> bool:
 
 def make_draft(llm:LLM, draft, max_ngram:int=3):
     "A drafter for `llm` from `draft`: \"prompt_lookup\", another `LLM` with the same tokenizer, or a drafter object."
+    if max_ngram != 3 and not (isinstance(draft, str) and draft == 'prompt_lookup'):
+        raise ValueError(f"max_ngram (got {max_ngram!r}) applies only to draft=\"prompt_lookup\": a draft model or a drafter object does not look up n-grams")
     if isinstance(draft, str):
         if draft != 'prompt_lookup': raise ValueError(f"draft must be \"prompt_lookup\", an LLM with the same tokenizer, or a drafter; got the string {draft!r}")
         return PromptLookupDraft(max_ngram)
@@ -293,6 +301,17 @@ def verify_round(logits:torch.Tensor, # (d+1, V) target logits at the pending to
     return int(n[0]), int(nxt[0])
 
 # %% ../nbs/06_speculative.ipynb #a2f009c8-s1
+def _check_proposal(drafter, draft, q, k:int, V:int):
+    "A drafter is any object with `start` and `propose`: what it proposes must be a list of at most `k` token ids in [0, V), with `q` None or (len(draft), V)."
+    name = type(drafter).__name__
+    if not isinstance(draft, list): raise ValueError(f"{name}.propose must return a list of token ids and q, got {type(draft).__name__} for the ids")
+    if len(draft) > k: raise ValueError(f"{name}.propose proposed {len(draft)} tokens where the round allows at most k={k}")
+    if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < V for t in draft):
+        raise ValueError(f"{name}.propose must propose token ids in [0, {V}) (integers), got {draft}")
+    if q is not None and (not isinstance(q, torch.Tensor) or tuple(q.shape) != (len(draft), V)):
+        raise ValueError(f"{name}.propose returned q of shape {tuple(getattr(q, 'shape', ()))} for {len(draft)} draft tokens: "
+                         f"q must be None (a deterministic draft) or one distribution over the {V} tokens per draft token, ({len(draft)}, {V})")
+
 def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_tokens:int, params:SamplingParams,
                       stop_ids=frozenset(), generator:torch.Generator|None=None, top_logprobs:int=0,
                       timer:Timer|None=None, stats:dict|None=None) -> Iterator[Step]:
@@ -314,6 +333,7 @@ def speculative_steps(llm:LLM, prompt_ids:list[int], drafter, *, num_draft_token
         with torch.inference_mode():               # one round; its tokens are yielded after it, so between two of them the caller
             k = min(num_draft_tokens, N - done - 1)                    # (or another stream) runs in its own grad mode
             draft, q = drafter.propose(tokens, k, draft_pick) if k > 0 else ([], None)   # a round yields at most k + 1 tokens
+            _check_proposal(drafter, draft, q, k, V)
             d, start = len(draft), int(cache.lengths[0])
             logits = model(torch.tensor([tokens[start:] + draft], device=dev), cache=cache)[0, -(d + 1):]   # (d+1, V): one pass
             n, nxt = verify_round(logits, params, tokens, draft, q, n_prompt, eos, generator)
@@ -372,7 +392,10 @@ def run_spec(llm:LLM, prompt, kw:dict):
     if draft is None: raise ValueError("num_draft_tokens and max_ngram only apply with a draft: pass draft=\"prompt_lookup\" or draft=<LLM>")
     k = 5 if k is None else k
     _check_spec_args(llm, draft, k, use_cache, kw)
-    return (yield from run_speculative(llm, prompt, draft, k, resolve_params(**kw), max_ngram))
+    p = resolve_params(**kw)
+    if p.n > 1: raise ValueError(f"n={p.n} samples do not combine with a draft: speculative decoding returns one sample per call; "
+                                 "loop over the samples instead: [llm.generate(prompt, params=q, draft=...) for q in sample_params(params)]")
+    return (yield from run_speculative(llm, prompt, draft, k, p, max_ngram))
 
 register_mode(GenerateMode('speculative', '06', SPEC_ARGS, 'draft= is given', claims=lambda prompt, kw: any(k in kw for k in SPEC_ARGS),
                            run=run_spec, unset={'draft': None, 'num_draft_tokens': None, 'max_ngram': 3}));
@@ -429,3 +452,13 @@ def spec_bench(llm:LLM, prompts:list, drafts:dict, num_draft_tokens:int=5, max_n
         tpp = f"{r['tokens'] / r['passes']:.2f}" if r['passes'] else '-'
         print(f"{k:34}{r['tok_s']:7.1f}{r['speedup']:9.2f}x{acc:>10}{tpp:>10}{str(r['same']):>13}", file=file)
     return res
+
+# %% ../nbs/06_speculative.ipynb #alpha-fn
+def acceptance_alpha(rounds) -> float:
+    "Per-position acceptance probability from (drafted, accepted) rounds: the truncated geometric law's maximum-likelihood alpha, accepted tokens over accepted tokens plus rejections (a round that kept all it drafted ends without one)."
+    rounds = list(rounds)
+    if any(not (isinstance(d, int) and isinstance(n, int) and 0 <= n <= d) for d, n in rounds):
+        raise ValueError(f"rounds must be (drafted, accepted) integer pairs with 0 <= accepted <= drafted, got {rounds[:8]}")
+    kept, rejections = sum(n for _, n in rounds), sum(n < d for d, n in rounds)
+    if kept + rejections == 0: raise ValueError("no draft token was proposed in these rounds: alpha is undefined")
+    return kept / (kept + rejections)
